@@ -57,9 +57,10 @@ const kilnFiles = [
   { folder: 'diffusion_models', stem: /^qwen_image(?!.*layered)[_.]/i, family: 'qwen-image' },
   // FireRed-Image-Edit: a fine-tune of Qwen-Image-Edit (the same MMDiT).
   { folder: 'diffusion_models', stem: /^firered-image-edit/i, family: 'qwen-image' },
-  // Chroma (Chroma1-HD): a FLUX.1 DiT on T5-XXL alone (CLIPLoader type `chroma`); Chroma Radiance (pixel-space)
-  // is another family.
+  // Chroma (Chroma1-HD): a FLUX.1 DiT on T5-XXL alone (CLIPLoader type `chroma`); Chroma Radiance, its trunk in
+  // pixel space with a NeRF head (VAELoader's `pixel_space`).
   { folder: 'diffusion_models', stem: /^chroma1-hd[-_.]/i, family: 'chroma' },
+  { folder: 'diffusion_models', stem: /^chroma-radiance/i, family: 'chroma-radiance' },
   // LongCat-Image (and its Edit model): a FLUX.1 DiT that ComfyUI tells by its 3584-wide text, so its
   // Qwen2.5-VL is written at that width (one layer, the real vocabulary: about 1 GB) and kept apart from the tiny
   // Qwen-Image one of the same name: under `longcat/`, the template's prompt naming it there (`beside`: only in
@@ -214,6 +215,9 @@ const kilnFiles = [
   { folder: 'text_encoders', stem: /^qwen3vl_4b[_.]/i, family: 'qwen3vl-4b' },
   { folder: 'diffusion_models', stem: /^mage_flow_/i, family: 'mage-flow' },
   { folder: 'vae', stem: /^mage_flow_vae[_.]/i, family: 'mage-flow-vae' },
+  // JoyAI Image Edit's MMDiT (Wan 2.1's latent space) on Qwen3-VL 8B, which CLIPLoader's type `joyimage` makes its
+  // encoder (the qwen3vl_8b rule above: the tiny 4B stands in).
+  { folder: 'diffusion_models', stem: /^joyai_image_edit/i, family: 'joyimage' },
   // HunyuanVideo 1.5 (text and image to video, 720p) and Capybara (its architecture: image and video editing,
   // text to image), their 32-channel, 16× VAE, and ByT5 small glyph, the second of their text encoders
   // (DualCLIPLoader type `hunyuan_video_15`, beside the Qwen2.5-VL 7B above).

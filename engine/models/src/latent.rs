@@ -108,6 +108,16 @@ impl LatentFormat {
         rgb: Some((&HUNYUAN_VIDEO15_RGB.0, HUNYUAN_VIDEO15_RGB.1)),
     };
 
+    /// RGB pixels as latents (ComfyUI's `ChromaRadiance` format, the `pixel_space` VAE's): 3 channels, no
+    /// downscale, the identity in and out, previews showing the channels as they are.
+    pub const PIXELS: LatentFormat = LatentFormat {
+        channels: 3,
+        spatial_downscale: 1,
+        temporal_downscale: 1,
+        normalize: Normalize::Identity,
+        rgb: Some((&PIXEL_RGB, [0.0; 3])),
+    };
+
     /// VAE space → model space, for latents `[B, C, …]` of `shape` (row-major `values`).
     pub fn process_in(&self, values: &[f32], shape: &[usize]) -> Vec<f32> {
         self.map(values, shape, |n, c, z| match n {
@@ -376,6 +386,9 @@ const SD15_RGB: [[f32; 3]; 4] = [
     [-0.2829, 0.1762, 0.2721],
     [-0.2120, -0.2616, -0.7177],
 ];
+
+/// The identity map of pixel latents to RGB.
+const PIXEL_RGB: [[f32; 3]; 3] = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
 
 /// The Flux VAE latent space's linear map to RGB in [-1, 1]: one row per channel, then the bias. These are
 /// measured constants of that latent space (the least-squares fit of decoded colours on latents that ComfyUI

@@ -222,6 +222,7 @@ fn diffusion_model(
         pose_cache: None,
         context_windows: None,
         step_cache: None,
+        chroma_radiance: Vec::new(),
     })
 }
 
@@ -367,6 +368,17 @@ pub fn load_vae(
 ) -> Result<Vae, Error> {
     let file = open(path)?;
     vae(env, &file, "", progress)
+}
+
+/// `VAELoader`'s `pixel_space`: the VAE whose latents are the pixels (ComfyUI's `PixelspaceConversionVAE`), for
+/// the pixel-space models (Chroma Radiance); it has no file and no weights.
+pub fn pixel_space_vae(env: &ModelEnv) -> Result<Vae, Error> {
+    let none =
+        load_weights(env, &LoadPlan { files: Vec::new(), slots: Vec::new() }, &mut |_, _| {})?;
+    Ok(Vae {
+        net: Arc::new(kiln_models::family::VaeNet::PixelSpace(none)),
+        path: PathBuf::from(kiln_models::family::PIXEL_SPACE_NAME),
+    })
 }
 
 /// `ControlNetLoader`: a ControlNet file of a family Kiln runs (Qwen-Image's InstantX and Fun ControlNets),

@@ -154,6 +154,44 @@ pub struct DiffusionModel {
     /// `EasyCache` or `LazyCache`: sampling reuses the last output's change where the change so far predicts
     /// little.
     pub step_cache: Option<StepCache>,
+    /// `ChromaRadianceOptions` applied to it, in order (each ComfyUI's model function wrapper).
+    pub chroma_radiance: Vec<RadianceWindow>,
+}
+
+/// One `ChromaRadianceOptions`: the options a Chroma Radiance call takes while σ is within `[end, start]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RadianceWindow {
+    /// The options set (at least one).
+    pub options: kiln_models::chroma_radiance::RadianceOptions,
+    /// The first σ they apply at.
+    pub start: f64,
+    /// The last σ they apply at.
+    pub end: f64,
+    /// Whether the options applied before this node's still run after it (ComfyUI's `preserve_wrapper`: the
+    /// earlier wrapper is called with what this one set, and sets its own where its window holds σ).
+    pub preserve: bool,
+}
+
+impl RadianceWindow {
+    /// The options a call at `sigma` takes from `windows` (in the order applied), as ComfyUI's chain of
+    /// wrappers leaves them: the last applied sets its options where its window holds σ, then hands on to the
+    /// one before when it preserves it, whose options replace them where its own window holds σ.
+    pub fn options_at(
+        windows: &[RadianceWindow],
+        sigma: f32,
+    ) -> Option<kiln_models::chroma_radiance::RadianceOptions> {
+        let sigma = f64::from(sigma);
+        let mut found = None;
+        for window in windows.iter().rev() {
+            if window.end <= sigma && sigma <= window.start {
+                found = Some(window.options);
+            }
+            if !window.preserve {
+                break;
+            }
+        }
+        found
+    }
 }
 
 /// `EasyCache` (`lazy` false: per network call, per prompt) or `LazyCache` (per guided step) on a model: within

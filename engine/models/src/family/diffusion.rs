@@ -5,11 +5,13 @@ use kiln_compute::memory::{LoadPlan, Model, SafetensorsFile};
 use kiln_compute::{Backend, DType, Tensor};
 
 use crate::anima::{self, Anima, AnimaInput};
+use crate::chroma_radiance::{self, ChromaRadiance};
 use crate::error::Result;
 use crate::flux::{self, Flux, FluxInput};
 use crate::header::Header;
 use crate::hidream::{self, HiDream, HiDreamInput};
 use crate::hunyuan_video::{self, HunyuanVideo, HunyuanVideoInput};
+use crate::joyimage::{self, JoyImage};
 use crate::kandinsky5::{self, Kandinsky5, Kandinsky5Input};
 use crate::krea2::{self, Krea2};
 use crate::latent::LatentFormat;
@@ -103,13 +105,21 @@ pub enum DiffusionFamily {
     /// Mage-Flow: Qwen-Image's double-stream blocks over latent pixels of the Mage VAE (FLUX.2's latent space,
     /// 128 channels, 16× down), on Qwen3-VL 4B's last states.
     MageFlow,
+    /// JoyAI Image Edit: double-stream blocks (image tokens rotated by a 3-D RoPE, text not) over Qwen3-VL 8B's
+    /// last states, in the Wan 2.1 VAE's latent space, reference latents as further frames.
+    JoyImage,
+    /// Chroma Radiance: Chroma's trunk over 16×16 pixel patches, a NeRF head making each patch's pixels from its
+    /// token (no VAE: it denoises RGB pixels), on T5-XXL alone.
+    ChromaRadiance,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 24] = [
+    pub const ALL: [DiffusionFamily; 26] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Lumina2,
+        // Before FLUX.1, whose detection refuses Radiance's files.
+        DiffusionFamily::ChromaRadiance,
         DiffusionFamily::Flux,
         DiffusionFamily::LongCatImage,
         DiffusionFamily::Chroma,
@@ -134,6 +144,7 @@ impl DiffusionFamily {
         DiffusionFamily::Krea2,
         // Qwen-Image's detection leaves its 128-channel files alone.
         DiffusionFamily::MageFlow,
+        DiffusionFamily::JoyImage,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -160,6 +171,8 @@ impl DiffusionFamily {
             DiffusionFamily::HunyuanVideo => hunyuan_video::family::V1_NAME,
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::NAME,
             DiffusionFamily::Krea2 => krea2::family::NAME,
+            DiffusionFamily::JoyImage => joyimage::family::NAME,
+            DiffusionFamily::ChromaRadiance => chroma_radiance::family::NAME,
             DiffusionFamily::MageFlow => mage_flow::family::NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_NAME,
@@ -188,6 +201,8 @@ impl DiffusionFamily {
             DiffusionFamily::HunyuanVideo => hunyuan_video::family::V1_LATENT,
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::LATENT,
             DiffusionFamily::Krea2 => krea2::family::LATENT,
+            DiffusionFamily::JoyImage => joyimage::family::LATENT,
+            DiffusionFamily::ChromaRadiance => chroma_radiance::family::LATENT,
             DiffusionFamily::MageFlow => mage_flow::family::LATENT,
             DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => unet::family::SDXL_LATENT,
         }
@@ -257,6 +272,13 @@ impl DiffusionFamily {
             DiffusionFamily::MageFlow => {
                 FlowSampling::new(mage_flow::family::SHIFT, mage_flow::family::MULTIPLIER).into()
             }
+            DiffusionFamily::JoyImage => {
+                FlowSampling::new(joyimage::family::SHIFT, joyimage::family::MULTIPLIER).into()
+            }
+            // Chroma's settings: ModelSamplingFlux at ComfyUI's default μ.
+            DiffusionFamily::ChromaRadiance => {
+                FlowSampling::flux(chroma_radiance::family::SHIFT).into()
+            }
         }
     }
 
@@ -270,7 +292,9 @@ impl DiffusionFamily {
             }
             DiffusionFamily::Flux2 => &[flux::family::CHECKPOINT_QWEN3_4B_PREFIX],
             DiffusionFamily::LongCatImage => &[flux::family::CHECKPOINT_QWEN25_7B_PREFIX],
-            DiffusionFamily::Chroma => &[flux::family::CHECKPOINT_T5_PREFIX],
+            DiffusionFamily::Chroma | DiffusionFamily::ChromaRadiance => {
+                &[flux::family::CHECKPOINT_T5_PREFIX]
+            }
             DiffusionFamily::ZImage => &[zimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::Lumina2 => &[zimage::family::LUMINA2_CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::QwenImage => &[qwen_image::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
@@ -288,6 +312,7 @@ impl DiffusionFamily {
             DiffusionFamily::Krea2 | DiffusionFamily::MageFlow => {
                 &[mage_flow::family::CHECKPOINT_TEXT_ENCODER_PREFIX]
             }
+            DiffusionFamily::JoyImage => &[joyimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::Sd3 => &[
                 sd3::family::CHECKPOINT_CLIP_L_PREFIX,
                 sd3::family::CHECKPOINT_CLIP_G_PREFIX,
@@ -313,7 +338,9 @@ impl DiffusionFamily {
             DiffusionFamily::Flux => "flux",
             DiffusionFamily::Flux2 => "flux2",
             DiffusionFamily::LongCatImage => crate::family::LONGCAT_CLIP_TYPE,
-            DiffusionFamily::Chroma => crate::family::CHROMA_CLIP_TYPE,
+            DiffusionFamily::Chroma | DiffusionFamily::ChromaRadiance => {
+                crate::family::CHROMA_CLIP_TYPE
+            }
             DiffusionFamily::Sdxl => crate::family::SDXL_CLIP_TYPE,
             DiffusionFamily::SdxlRefiner => crate::family::SDXL_REFINER_CLIP_KIND,
             DiffusionFamily::Sd3 => crate::family::SD3_CLIP_TYPE,
@@ -324,6 +351,7 @@ impl DiffusionFamily {
             DiffusionFamily::Boogu => crate::family::BOOGU_CLIP_TYPE,
             DiffusionFamily::Krea2 => crate::family::KREA2_CLIP_TYPE,
             DiffusionFamily::MageFlow => crate::family::MAGE_CLIP_TYPE,
+            DiffusionFamily::JoyImage => crate::family::JOYIMAGE_CLIP_TYPE,
             DiffusionFamily::ZImage
             | DiffusionFamily::Lumina2
             | DiffusionFamily::QwenImage
@@ -377,6 +405,13 @@ impl DiffusionFamily {
             DiffusionFamily::MageFlow => {
                 (VaeFamily::MageFlow, mage_flow::family::CHECKPOINT_VAE_PREFIX)
             }
+            DiffusionFamily::JoyImage => {
+                (VaeFamily::Wan21, joyimage::family::CHECKPOINT_VAE_PREFIX)
+            }
+            // A checkpoint would hold no VAE (`pixel_space`); Chroma's prefix is where one would be.
+            DiffusionFamily::ChromaRadiance => {
+                (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX)
+            }
         }
     }
 
@@ -405,6 +440,8 @@ impl DiffusionFamily {
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::SYNTH_NAME,
             DiffusionFamily::Krea2 => krea2::family::SYNTH_NAME,
             DiffusionFamily::MageFlow => mage_flow::family::SYNTH_NAME,
+            DiffusionFamily::JoyImage => joyimage::family::SYNTH_NAME,
+            DiffusionFamily::ChromaRadiance => chroma_radiance::family::SYNTH_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_NAME,
         }
@@ -435,6 +472,8 @@ impl DiffusionFamily {
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::SYNTH_LORA_NAME,
             DiffusionFamily::Krea2 => krea2::family::SYNTH_LORA_NAME,
             DiffusionFamily::MageFlow => mage_flow::family::SYNTH_LORA_NAME,
+            DiffusionFamily::JoyImage => joyimage::family::SYNTH_LORA_NAME,
+            DiffusionFamily::ChromaRadiance => chroma_radiance::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_LORA_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_LORA_NAME,
         }
@@ -487,6 +526,10 @@ impl DiffusionFamily {
             }
             DiffusionFamily::Krea2 => krea2::detect(h)?.map(DiffusionDetected::Krea2),
             DiffusionFamily::MageFlow => mage_flow::detect(h)?.map(DiffusionDetected::MageFlow),
+            DiffusionFamily::JoyImage => joyimage::detect(h)?.map(DiffusionDetected::JoyImage),
+            DiffusionFamily::ChromaRadiance => {
+                chroma_radiance::detect(h)?.map(DiffusionDetected::ChromaRadiance)
+            }
         })
     }
 }
@@ -583,6 +626,10 @@ pub enum DiffusionDetected {
     Krea2(krea2::Config),
     /// Mage-Flow's DiT.
     MageFlow(mage_flow::Config),
+    /// JoyAI Image Edit's DiT.
+    JoyImage(joyimage::Config),
+    /// Chroma Radiance's DiT.
+    ChromaRadiance(chroma_radiance::Config),
 }
 
 /// The family of a UNet of a kind Kiln runs (detection refuses the others).
@@ -624,6 +671,8 @@ impl DiffusionDetected {
             DiffusionDetected::HunyuanVideo(config) => hunyuan_family(config),
             DiffusionDetected::Krea2(_) => DiffusionFamily::Krea2,
             DiffusionDetected::MageFlow(_) => DiffusionFamily::MageFlow,
+            DiffusionDetected::JoyImage(_) => DiffusionFamily::JoyImage,
+            DiffusionDetected::ChromaRadiance(_) => DiffusionFamily::ChromaRadiance,
         }
     }
 
@@ -679,6 +728,10 @@ impl DiffusionDetected {
             DiffusionDetected::HunyuanVideo(_) => NO_F16,
             DiffusionDetected::Krea2(_) => BF16_FIRST,
             DiffusionDetected::MageFlow(_) => NO_F16,
+            // ComfyUI's `JoyImage`: bf16 or f32.
+            DiffusionDetected::JoyImage(_) => NO_F16,
+            // Chroma's (FLUX.1's) dtypes.
+            DiffusionDetected::ChromaRadiance(_) => BF16_FIRST,
         }
     }
 
@@ -716,6 +769,8 @@ impl DiffusionDetected {
             DiffusionDetected::HunyuanVideo(config) => hunyuan_video::load_plan(h, config),
             DiffusionDetected::Krea2(config) => krea2::load_plan(h, config),
             DiffusionDetected::MageFlow(config) => mage_flow::load_plan(h, config),
+            DiffusionDetected::JoyImage(config) => joyimage::load_plan(h, config),
+            DiffusionDetected::ChromaRadiance(config) => chroma_radiance::load_plan(h, config),
         }
     }
 
@@ -751,6 +806,12 @@ impl DiffusionDetected {
                 DiffusionNet::HunyuanVideo(HunyuanVideo::new(config, weights))
             }
             DiffusionDetected::Krea2(config) => DiffusionNet::Krea2(Krea2::new(config, weights)),
+            DiffusionDetected::JoyImage(config) => {
+                DiffusionNet::JoyImage(JoyImage::new(config, weights))
+            }
+            DiffusionDetected::ChromaRadiance(config) => {
+                DiffusionNet::ChromaRadiance(ChromaRadiance::new(config, weights))
+            }
             DiffusionDetected::MageFlow(config) => {
                 DiffusionNet::MageFlow(MageFlow::new(config, weights))
             }
@@ -848,6 +909,9 @@ pub struct DiffusionInput<'a, B: Backend> {
     /// Kandinsky 5's start frames in model space (`time_dim_replace`), `[1 or B, C, F, h, w]`, which replace the
     /// first frames of its video model's input (the output is left alone); other families ignore them.
     pub time_dim_replace: Option<&'a Tensor<B>>,
+    /// `ChromaRadianceOptions`' overrides for this call (Chroma Radiance reads them; other families ignore
+    /// them, as ComfyUI's do).
+    pub radiance: Option<crate::chroma_radiance::RadianceOptions>,
 }
 
 impl<'a, B: Backend> DiffusionInput<'a, B> {
@@ -886,6 +950,7 @@ impl<'a, B: Backend> DiffusionInput<'a, B> {
             width_concat: None,
             byt5: None,
             time_dim_replace: None,
+            radiance: None,
         }
     }
 }
@@ -970,6 +1035,10 @@ pub enum DiffusionNet {
     Krea2(Krea2),
     /// Mage-Flow's DiT.
     MageFlow(MageFlow),
+    /// JoyAI Image Edit's DiT.
+    JoyImage(JoyImage),
+    /// Chroma Radiance's DiT.
+    ChromaRadiance(ChromaRadiance),
 }
 
 impl DiffusionNet {
@@ -990,6 +1059,8 @@ impl DiffusionNet {
             DiffusionNet::HunyuanVideo(net) => hunyuan_family(&net.config),
             DiffusionNet::Krea2(_) => DiffusionFamily::Krea2,
             DiffusionNet::MageFlow(_) => DiffusionFamily::MageFlow,
+            DiffusionNet::JoyImage(_) => DiffusionFamily::JoyImage,
+            DiffusionNet::ChromaRadiance(_) => DiffusionFamily::ChromaRadiance,
         }
     }
 
@@ -1009,6 +1080,8 @@ impl DiffusionNet {
             DiffusionNet::HunyuanVideo(net) => &net.weights,
             DiffusionNet::Krea2(net) => &net.weights,
             DiffusionNet::MageFlow(net) => &net.weights,
+            DiffusionNet::JoyImage(net) => &net.weights,
+            DiffusionNet::ChromaRadiance(net) => net.weights(),
         }
     }
 
@@ -1039,6 +1112,8 @@ impl DiffusionNet {
             DiffusionNet::Sd3(_)
             | DiffusionNet::Kandinsky5(_)
             | DiffusionNet::OmniGen2(_)
+            | DiffusionNet::JoyImage(_)
+            | DiffusionNet::ChromaRadiance(_)
             | DiffusionNet::HunyuanVideo(_) => Err(crate::Error::Invalid(format!(
                 "Kiln applies no LoRA to {} yet",
                 self.family().name()
@@ -1066,6 +1141,8 @@ impl DiffusionNet {
             | DiffusionNet::Anima(_)
             | DiffusionNet::OmniGen2(_)
             | DiffusionNet::Krea2(_)
+            | DiffusionNet::JoyImage(_)
+            | DiffusionNet::ChromaRadiance(_)
             | DiffusionNet::MageFlow(_) => 0,
         }
     }
@@ -1087,6 +1164,8 @@ impl DiffusionNet {
             | DiffusionNet::OmniGen2(_)
             | DiffusionNet::HunyuanVideo(_)
             | DiffusionNet::Krea2(_)
+            | DiffusionNet::JoyImage(_)
+            | DiffusionNet::ChromaRadiance(_)
             | DiffusionNet::MageFlow(_) => None,
         }
     }
@@ -1108,6 +1187,8 @@ impl DiffusionNet {
             | DiffusionNet::OmniGen2(_)
             | DiffusionNet::HunyuanVideo(_)
             | DiffusionNet::Krea2(_)
+            | DiffusionNet::JoyImage(_)
+            | DiffusionNet::ChromaRadiance(_)
             | DiffusionNet::MageFlow(_) => None,
         }
     }
@@ -1409,6 +1490,24 @@ impl DiffusionNet {
                     input.references,
                     input.reference_method,
                 )
+            }
+            DiffusionNet::ChromaRadiance(net) => {
+                refuse_controls(self.family(), input.controls, input.patches)?;
+                // Chroma's conditioning carries guidance 0 where none is set (`model_base.Chroma`).
+                let default_guidance =
+                    vec![chroma_radiance::family::DEFAULT_GUIDANCE; input.x.dim(0)?];
+                let guidance = match input.guidance {
+                    DistilledGuidance::Unset => Some(default_guidance.as_slice()),
+                    DistilledGuidance::Set(values) => Some(values),
+                    DistilledGuidance::Disabled => None,
+                };
+                let options = input.radiance.unwrap_or_default();
+                net.forward(b, input.x, input.timesteps, input.context, guidance, &options)
+            }
+            // JoyImage places every reference latent as further frames whatever the method (its forward reads none).
+            DiffusionNet::JoyImage(net) => {
+                refuse_controls(self.family(), input.controls, input.patches)?;
+                net.forward(b, input.x, input.timesteps, input.context, input.references)
             }
             // Mage-Flow appends every reference latent whatever the method (ComfyUI's forward reads none).
             DiffusionNet::MageFlow(net) => {

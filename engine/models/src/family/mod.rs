@@ -50,12 +50,12 @@ pub use sdxl_text::{SdxlEncoders, SdxlTokens};
 pub use text_encoder::{
     BOOGU_CLIP_TYPE, CHROMA_CLIP_TYPE, EditPrompt, Encoded, HIDREAM_CLIP_TYPE,
     HUNYUAN_VIDEO_CLIP_TYPE, HUNYUAN_VIDEO15_CLIP_TYPE, HiDreamEncoders, HiDreamTokens,
-    KANDINSKY5_CLIP_TYPE, KANDINSKY5_IMAGE_CLIP_TYPE, KREA2_CLIP_TYPE, LONGCAT_CLIP_TYPE,
-    MAGE_CLIP_TYPE, OMNIGEN2_CLIP_TYPE, OVIS_CLIP_TYPE, PIXELDIT_CLIP_TYPE, PromptTokens,
-    Qwen3VlRole, Qwen25Role, SD3_CLIP_TYPE, SDXL_CLIP_TYPE, SDXL_REFINER_CLIP_KIND, T5Options,
-    TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
+    JOYIMAGE_CLIP_TYPE, KANDINSKY5_CLIP_TYPE, KANDINSKY5_IMAGE_CLIP_TYPE, KREA2_CLIP_TYPE,
+    LONGCAT_CLIP_TYPE, MAGE_CLIP_TYPE, OMNIGEN2_CLIP_TYPE, OVIS_CLIP_TYPE, PIXELDIT_CLIP_TYPE,
+    PromptTokens, Qwen3VlRole, Qwen25Role, SD3_CLIP_TYPE, SDXL_CLIP_TYPE, SDXL_REFINER_CLIP_KIND,
+    T5Options, TextEncoderDetected, TextEncoderFamily, TextEncoderNet,
 };
-pub use vae::{VaeDetected, VaeFamily, VaeNet};
+pub use vae::{PIXEL_SPACE_NAME, VaeDetected, VaeFamily, VaeNet};
 
 use crate::error::Result;
 use crate::header::Header;

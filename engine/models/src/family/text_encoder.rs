@@ -106,8 +106,12 @@ pub enum TextEncoderFamily {
     /// Mage-Flow's: Qwen3-VL 4B's language model (type `mage`): its last layer through the final norm over
     /// Mage-Flow's template, the prefix cut off. Never detected as such.
     MageFlow,
-    /// A Qwen3-VL file (its language model and vision tower, told by the DeepStack mergers) before `CLIPLoader`'s
-    /// type makes it Boogu-Image's, Krea 2's or Mage-Flow's encoder; Kiln runs no other.
+    /// JoyAI Image Edit's: Qwen3-VL 8B (type `joyimage`): its last layer before the final norm over JoyImage's
+    /// template, the first [`qwen3::JOYIMAGE_DROP`] states dropped. Never detected as such.
+    JoyImage,
+    /// A Qwen3-VL file (its language model and vision tower, told by the DeepStack mergers): as detected, and as
+    /// ComfyUI's generic Qwen3-VL encoder once `CLIPLoader`'s type makes it no model's own (its last layer before
+    /// the final norm over the plain chat template; `TextGenerate` with images).
     Qwen3Vl,
     /// Lumina 2's Gemma 2 2B (whatever `CLIPLoader`'s type, as ComfyUI's `detect_te_model`): layer `layers − 2`'s
     /// output over the prompt as it is after `<bos>`, prompt weights applied, tokenised by the SentencePiece
@@ -152,6 +156,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Boogu => "Boogu-Image's Qwen3-VL 8B",
             TextEncoderFamily::Krea2 => "Krea 2's Qwen3-VL 4B",
             TextEncoderFamily::MageFlow => "Mage-Flow's Qwen3-VL 4B",
+            TextEncoderFamily::JoyImage => "JoyAI Image Edit's Qwen3-VL 8B",
             TextEncoderFamily::Qwen3Vl => "Qwen3-VL",
             TextEncoderFamily::Kandinsky5 => "Kandinsky 5's Qwen2.5-VL + CLIP-L",
             TextEncoderFamily::HunyuanVideo15 => "HunyuanVideo 1.5's Qwen2.5-VL + ByT5",
@@ -185,10 +190,12 @@ impl TextEncoderFamily {
             TextEncoderFamily::Ovis => qwen3::family::SYNTH_NAME,
             // A Qwen3 file (CLIPLoader's type makes it Boogu-Image's).
             TextEncoderFamily::Boogu => qwen3::family::SYNTH_NAME,
-            // A Qwen3-VL 4B file in transformers' layout (CLIPLoader's type makes it Krea 2's or Mage-Flow's).
-            TextEncoderFamily::Krea2 | TextEncoderFamily::MageFlow | TextEncoderFamily::Qwen3Vl => {
-                qwen3::family::QWEN3VL_4B_SYNTH_NAME
-            }
+            // A Qwen3-VL 4B file in transformers' layout (CLIPLoader's type makes it Krea 2's, Mage-Flow's or, as
+            // the stand-in for the 8B, JoyImage's).
+            TextEncoderFamily::Krea2
+            | TextEncoderFamily::MageFlow
+            | TextEncoderFamily::JoyImage
+            | TextEncoderFamily::Qwen3Vl => qwen3::family::QWEN3VL_4B_SYNTH_NAME,
             // Written as its two files.
             TextEncoderFamily::Kandinsky5 => "kandinsky5-text-encoders",
             TextEncoderFamily::HunyuanVideo15 => "hunyuan-video15-text-encoders",
@@ -237,6 +244,7 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Boogu
             | TextEncoderFamily::Krea2
             | TextEncoderFamily::MageFlow
+            | TextEncoderFamily::JoyImage
             | TextEncoderFamily::Qwen3Vl
             | TextEncoderFamily::Kandinsky5
             | TextEncoderFamily::HunyuanVideo15
@@ -287,6 +295,7 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Boogu
             | TextEncoderFamily::Krea2
             | TextEncoderFamily::MageFlow
+            | TextEncoderFamily::JoyImage
             | TextEncoderFamily::Kandinsky5
             | TextEncoderFamily::HunyuanVideo15
             | TextEncoderFamily::HunyuanVideo
@@ -420,6 +429,22 @@ impl TextEncoderDetected {
                 if let Some(role) = Qwen3VlRole::of_clip_type(kind) =>
             {
                 Ok(TextEncoderDetected::Qwen3Vl(config, vision, Some(role)))
+            }
+            TextEncoderDetected::Qwen3Vl(..) if klein_type => Err(Error::Invalid(format!(
+                "type `{kind}` makes a Qwen3-VL file FLUX.2 Klein's text encoder, which Kiln takes only as a \
+                 Qwen3 file (qwen_3_4b / qwen_3_8b)"
+            ))),
+            TextEncoderDetected::Qwen3Vl(config, ..)
+                if kind == "ideogram4" && config.hidden == qwen3::family::QWEN3_8B_HIDDEN =>
+            {
+                Err(Error::Invalid(
+                    "type `ideogram4` makes Qwen3-VL 8B Ideogram 4's text encoder, which Kiln does not run"
+                        .to_owned(),
+                ))
+            }
+            // Any other type: ComfyUI's generic Qwen3-VL encoder.
+            TextEncoderDetected::Qwen3Vl(config, vision, _) => {
+                Ok(TextEncoderDetected::Qwen3Vl(config, vision, Some(Qwen3VlRole::Plain)))
             }
             // A Qwen3 file without a vision tower (the language model alone).
             TextEncoderDetected::Qwen3(config) if let Some(role) = Qwen3VlRole::of_clip_type(kind) => {
@@ -618,6 +643,9 @@ pub const KREA2_CLIP_TYPE: &str = "krea2";
 /// `CLIPLoader`'s type that makes a Qwen3 file (Qwen3-VL 4B's language model) Mage-Flow's text encoder.
 pub const MAGE_CLIP_TYPE: &str = "mage";
 
+/// `CLIPLoader`'s type that makes a Qwen3-VL 8B file JoyAI Image Edit's text encoder.
+pub const JOYIMAGE_CLIP_TYPE: &str = "joyimage";
+
 /// Whose text encoder a Qwen3-VL language model is (by `CLIPLoader`'s type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Qwen3VlRole {
@@ -627,6 +655,10 @@ pub enum Qwen3VlRole {
     Krea2,
     /// Mage-Flow's (type `mage`, Qwen3-VL 4B).
     MageFlow,
+    /// JoyAI Image Edit's (type `joyimage`, Qwen3-VL 8B).
+    JoyImage,
+    /// ComfyUI's generic Qwen3-VL encoder (a Qwen3-VL file under any other type Kiln takes it with).
+    Plain,
 }
 
 impl Qwen3VlRole {
@@ -636,6 +668,7 @@ impl Qwen3VlRole {
             BOOGU_CLIP_TYPE => Some(Qwen3VlRole::Boogu),
             KREA2_CLIP_TYPE => Some(Qwen3VlRole::Krea2),
             MAGE_CLIP_TYPE => Some(Qwen3VlRole::MageFlow),
+            JOYIMAGE_CLIP_TYPE => Some(Qwen3VlRole::JoyImage),
             _ => None,
         }
     }
@@ -646,6 +679,8 @@ impl Qwen3VlRole {
             Qwen3VlRole::Boogu => TextEncoderFamily::Boogu,
             Qwen3VlRole::Krea2 => TextEncoderFamily::Krea2,
             Qwen3VlRole::MageFlow => TextEncoderFamily::MageFlow,
+            Qwen3VlRole::JoyImage => TextEncoderFamily::JoyImage,
+            Qwen3VlRole::Plain => TextEncoderFamily::Qwen3Vl,
         }
     }
 }
@@ -1204,6 +1239,16 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen3Vl { tokenizer, role: Qwen3VlRole::Boogu, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.boogu_prompt(prompt)?))
             }
+            TextEncoderNet::Qwen3Vl { tokenizer, role: Qwen3VlRole::JoyImage, .. } => {
+                Ok(PromptTokens::Ids(tokenizer.joyimage_prompt(prompt, 0, true)?))
+            }
+            TextEncoderNet::Qwen3Vl { tokenizer, role: Qwen3VlRole::Plain, .. } => {
+                Ok(PromptTokens::Ids(tokenizer.qwen3vl_plain_prompt(
+                    prompt,
+                    0,
+                    ChatOptions::default(),
+                )?))
+            }
             TextEncoderNet::Qwen3Vl { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.qwen3vl_image_prompt(prompt)?))
             }
@@ -1330,6 +1375,14 @@ impl TextEncoderNet {
                 TextEncoderNet::Qwen3Vl { tokenizer, role: Qwen3VlRole::Boogu, .. },
                 EditPrompt::Numbered { images },
             ) => tokenizer.boogu_edit_prompt(prompt, images),
+            (
+                TextEncoderNet::Qwen3Vl { tokenizer, role: Qwen3VlRole::JoyImage, .. },
+                EditPrompt::Numbered { images },
+            ) => tokenizer.joyimage_prompt(prompt, images, true),
+            (
+                TextEncoderNet::Qwen3Vl { tokenizer, role: Qwen3VlRole::Plain, .. },
+                EditPrompt::Numbered { images },
+            ) => tokenizer.qwen3vl_plain_prompt(prompt, images, ChatOptions::default()),
             (TextEncoderNet::Qwen3Vl { tokenizer, .. }, EditPrompt::Numbered { images }) => {
                 tokenizer.mage_edit_prompt(prompt, images)
             }
@@ -1380,17 +1433,54 @@ impl TextEncoderNet {
 
     /// Text generated after `prompt` (`TextGenerate`), as token ids (the stop token included when one was
     /// reached), with ComfyUI's chat template for the family around the prompt (framed by `chat` where the
-    /// family's tokenizer reads it: Krea 2's and Mage-Flow's); at most `max_new` tokens.
+    /// family's tokenizer reads it: the Qwen3-VL encoders'); at most `max_new` tokens. `images` (from
+    /// [`TextEncoderNet::vision_input`]) go in the prompt's image slots, for the encoders whose tokenizer takes
+    /// them in `TextGenerate` (the generic Qwen3-VL's and JoyImage's); an error for the others.
+    #[allow(clippy::too_many_arguments)]
     pub fn generate<B: Backend>(
         &self,
         b: &B,
         prompt: &str,
+        images: &[VisionInput],
         chat: ChatOptions,
         max_new: usize,
         decoding: Decoding,
         on_token: &mut dyn FnMut(usize) -> Result<()>,
     ) -> Result<Vec<u32>> {
         let mut picker = TokenPicker::new(decoding);
+        if let TextEncoderNet::Qwen3Vl {
+            model,
+            tokenizer,
+            vision,
+            role: role @ (Qwen3VlRole::Plain | Qwen3VlRole::JoyImage),
+        } = self
+        {
+            let ids = match role {
+                Qwen3VlRole::JoyImage => {
+                    tokenizer.joyimage_prompt(prompt, images.len(), chat.default_template)?
+                }
+                _ => tokenizer.qwen3vl_plain_prompt(prompt, images.len(), chat)?,
+            };
+            let images = placed_images(&ids, images);
+            let tokens = qwen3vl_image_tokens(b, model, vision.as_ref(), images)?;
+            let pick = &mut |logits| picker.pick(logits);
+            return model.generate_with_images(
+                b,
+                &ids,
+                &tokens,
+                max_new,
+                &qwen3::STOP_TOKENS,
+                pick,
+                on_token,
+            );
+        }
+        if !images.is_empty() {
+            return Err(Error::Invalid(format!(
+                "TextGenerate with an image and {}'s encoder is not supported yet (Kiln generates from the prompt \
+                 alone with it)",
+                self.family().name()
+            )));
+        }
         match self {
             TextEncoderNet::Qwen3 { model, tokenizer } => {
                 // ComfyUI's Z-Image tokenizer: a Qwen3-4B's with any CLIPLoader type but `flux2`/`flux`.
@@ -1498,8 +1588,18 @@ impl TextEncoderNet {
                 "this Qwen2.5-VL file has no vision tower (`visual.*` weights), so it cannot read images"
                     .to_owned(),
             )),
-            TextEncoderNet::Qwen3Vl { vision: Some(vision), .. } => {
-                VisionInput::patched(&vision.patching(), image, height, width, channels)
+            TextEncoderNet::Qwen3Vl { vision: Some(vision), role, .. } => {
+                let how = match role {
+                    // JoyImage's `preprocess_embed`: its own pixel bounds, bicubic.
+                    Qwen3VlRole::JoyImage => qwen_vl::Patching {
+                        min_pixels: JOYIMAGE_MIN_PIXELS,
+                        max_pixels: JOYIMAGE_MAX_PIXELS,
+                        resample: qwen_vl::Resample::Bicubic,
+                        ..vision.patching()
+                    },
+                    _ => vision.patching(),
+                };
+                VisionInput::patched(&how, image, height, width, channels)
             }
             TextEncoderNet::Qwen3Vl { vision: None, .. } => {
                 Err(crate::Error::Invalid(QWEN3VL_WITHOUT_TOWER.to_owned()))
@@ -1553,15 +1653,25 @@ impl TextEncoderNet {
                 // Boogu's and Mage-Flow's: the last layer through the final norm (`layer="hidden", layer_idx=-1`
                 // with `layer_norm_hidden_state=True`): Hugging Face's state `layers`. Krea 2's: twelve inner
                 // states, none normed.
+                // ComfyUI's padding mask: a written `<|endoftext|>` (the pad) and the text after it are not attended
+                // to.
+                let images = placed_images(ids, images);
+                let tokens = qwen3vl_image_tokens(b, model, vision.as_ref(), images)?;
+                let attended = Some(qwen3::attended_keys(ids));
                 let last = [model.config.layers];
                 let taps: &[usize] = match role {
                     Qwen3VlRole::Krea2 => &qwen3::family::KREA2_TAPS,
                     Qwen3VlRole::Boogu | Qwen3VlRole::MageFlow => &last,
+                    // The last layer's output before the final norm (`layer_norm_hidden_state=False`).
+                    Qwen3VlRole::JoyImage | Qwen3VlRole::Plain => {
+                        let states = model
+                            .last_hidden_state_unnormed_with_images(b, ids, &tokens, attended)?;
+                        if *role == Qwen3VlRole::Plain {
+                            return Ok(Encoded::new(states, None));
+                        }
+                        return Ok(Encoded::new(joyimage_cut(b, &states)?, None));
+                    }
                 };
-                // ComfyUI's padding mask: a written `<|endoftext|>` (the pad) and the text after it are not attended
-                // to.
-                let tokens = qwen3vl_image_tokens(b, model, vision.as_ref(), images)?;
-                let attended = Some(qwen3::attended_keys(ids));
                 let states =
                     model.tapped_hidden_states_with_images(b, ids, &tokens, attended, taps)?;
                 if *role == Qwen3VlRole::Boogu {
@@ -1832,8 +1942,34 @@ fn image_tokens<B: Backend>(
 }
 
 /// The refusal of an image by a Qwen3-VL file without its vision tower.
+/// Fewest pixels JoyImage's encoder resizes an image to (256²).
+const JOYIMAGE_MIN_PIXELS: usize = 65_536;
+/// Most pixels JoyImage's encoder resizes an image to (4096²).
+const JOYIMAGE_MAX_PIXELS: usize = 16_777_216;
+
 const QWEN3VL_WITHOUT_TOWER: &str =
     "this Qwen3-VL file has no vision tower (`model.visual.*` weights), so it cannot read images";
+
+/// The `images` a Qwen3-VL prompt `ids` shows: ComfyUI's tokenizer puts them in its first `<|image_pad|>` tokens
+/// in order and drops those without one (a prompt written with fewer slots than images).
+fn placed_images<'i>(ids: &[u32], images: &'i [VisionInput]) -> &'i [VisionInput] {
+    let slots = ids.iter().filter(|&&id| id == qwen3::IMAGE_PAD).count();
+    &images[..images.len().min(slots)]
+}
+
+/// JoyAI Image Edit's conditioning: `states` `[1, N, hidden]` without their first [`qwen3::JOYIMAGE_DROP`]
+/// (its template's system turn and user header; ComfyUI's `JoyImageTEModel`), an error for a shorter prompt.
+fn joyimage_cut<B: Backend>(b: &B, states: &Tensor<B>) -> Result<Tensor<B>> {
+    let n = states.dim(1)?;
+    let drop = qwen3::JOYIMAGE_DROP;
+    if n <= drop {
+        return Err(Error::Invalid(format!(
+            "JoyAI Image Edit's encoder drops the first {drop} states (its template's prefix), but the prompt has \
+             {n} tokens: a prompt written with its own `<|im_start|>` template must keep that prefix"
+        )));
+    }
+    Ok(b.slice(states, 1, drop, n - drop)?)
+}
 
 /// Qwen3-VL's tokens of each of `images` (the merged patches with their DeepStack features), from the vision
 /// tower `vision` among `model`'s weights (none needed without images).

@@ -31,6 +31,9 @@ pub enum VaeFamily {
     HunyuanVideo,
     /// Mage-Flow's one-step diffusion codec (128 channels, 16× down, in FLUX.2's latent space).
     MageFlow,
+    /// `VAELoader`'s `pixel_space`: no network, the pixels are the latent (Chroma Radiance's). Never detected in
+    /// a file.
+    PixelSpace,
 }
 
 impl VaeFamily {
@@ -60,6 +63,7 @@ impl VaeFamily {
             VaeFamily::HunyuanVideo15 => hunyuan_vae::family::NAME,
             VaeFamily::HunyuanVideo => kl_video_vae::family::NAME,
             VaeFamily::MageFlow => mage_vae::family::NAME,
+            VaeFamily::PixelSpace => PIXEL_SPACE_NAME,
         }
     }
 
@@ -73,6 +77,8 @@ impl VaeFamily {
             VaeFamily::HunyuanVideo15 => hunyuan_vae::family::SYNTH_NAME,
             VaeFamily::HunyuanVideo => kl_video_vae::family::SYNTH_NAME,
             VaeFamily::MageFlow => mage_vae::family::SYNTH_NAME,
+            // Nothing to write: `VAELoader` lists it beside the files.
+            VaeFamily::PixelSpace => PIXEL_SPACE_NAME,
         }
     }
 
@@ -87,6 +93,7 @@ impl VaeFamily {
             VaeFamily::HunyuanVideo15 => LatentFormat::HUNYUAN_VIDEO15,
             VaeFamily::HunyuanVideo => LatentFormat::HUNYUAN_VIDEO,
             VaeFamily::MageFlow => mage_vae::family::LATENT,
+            VaeFamily::PixelSpace => LatentFormat::PIXELS,
         }
     }
 
@@ -104,9 +111,13 @@ impl VaeFamily {
             VaeFamily::HunyuanVideo15 => hunyuan_vae::detect(h)?.map(VaeDetected::HunyuanVideo15),
             VaeFamily::HunyuanVideo => kl_video_vae::detect(h)?.map(VaeDetected::HunyuanVideo),
             VaeFamily::MageFlow => mage_vae::detect(h)?.map(VaeDetected::MageFlow),
+            VaeFamily::PixelSpace => None,
         })
     }
 }
+
+/// `VAELoader`'s name for the pixel-space VAE (listed after the `vae` folder's files, as ComfyUI lists it).
+pub const PIXEL_SPACE_NAME: &str = "pixel_space";
 
 /// The family of a KL autoencoder of `config`: FLUX.2's when its latent is BatchNorm-normalised.
 fn flux_family(config: &flux_vae::Config) -> VaeFamily {
@@ -192,6 +203,8 @@ pub enum VaeNet {
     HunyuanVideo(KlVideoVae),
     /// The Mage-Flow VAE.
     MageFlow(MageVae),
+    /// The pixel-space VAE (the identity); its model holds no weights.
+    PixelSpace(Model),
 }
 
 impl VaeNet {
@@ -204,6 +217,7 @@ impl VaeNet {
             VaeNet::HunyuanVideo15(_) => VaeFamily::HunyuanVideo15,
             VaeNet::HunyuanVideo(_) => VaeFamily::HunyuanVideo,
             VaeNet::MageFlow(_) => VaeFamily::MageFlow,
+            VaeNet::PixelSpace(_) => VaeFamily::PixelSpace,
         }
     }
 
@@ -216,6 +230,7 @@ impl VaeNet {
             VaeNet::HunyuanVideo15(net) => &net.weights,
             VaeNet::HunyuanVideo(net) => &net.weights,
             VaeNet::MageFlow(net) => &net.weights,
+            VaeNet::PixelSpace(none) => none,
         }
     }
 
@@ -230,6 +245,7 @@ impl VaeNet {
             VaeNet::HunyuanVideo15(_) => (hunyuan_vae::IMAGE_CHANNELS, None),
             VaeNet::HunyuanVideo(_) => (kl_video_vae::IMAGE_CHANNELS, None),
             VaeNet::MageFlow(net) => (net.config.image_channels, None),
+            VaeNet::PixelSpace(_) => (LatentFormat::PIXELS.channels, None),
         }
     }
 
@@ -243,6 +259,7 @@ impl VaeNet {
             VaeNet::HunyuanVideo15(net) => net.decode(b, z),
             VaeNet::HunyuanVideo(net) => net.decode(b, z),
             VaeNet::MageFlow(net) => net.decode(b, z),
+            VaeNet::PixelSpace(_) => Ok(z.clone()),
         }
     }
 
@@ -256,6 +273,7 @@ impl VaeNet {
             VaeNet::HunyuanVideo15(net) => net.config.downscale(),
             VaeNet::HunyuanVideo(net) => net.config.downscale(),
             VaeNet::MageFlow(net) => net.downscale(),
+            VaeNet::PixelSpace(_) => 1,
         }
     }
 
@@ -264,7 +282,7 @@ impl VaeNet {
     /// ⌊(L − 1)/4⌋ + 1 latent frames, and decodes T latent frames to 4T − 3.
     pub fn temporal_downscale(&self) -> Option<usize> {
         match self {
-            VaeNet::Flux(_) | VaeNet::MageFlow(_) => None,
+            VaeNet::Flux(_) | VaeNet::MageFlow(_) | VaeNet::PixelSpace(_) => None,
             VaeNet::Wan21(_)
             | VaeNet::Wan22(_)
             | VaeNet::HunyuanVideo15(_)
@@ -283,7 +301,7 @@ impl VaeNet {
         out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
     ) -> Result<()> {
         match self {
-            VaeNet::Flux(_) | VaeNet::MageFlow(_) => Err(self.not_video()),
+            VaeNet::Flux(_) | VaeNet::MageFlow(_) | VaeNet::PixelSpace(_) => Err(self.not_video()),
             VaeNet::Wan21(net) => net.decode_video_with(b, z, per_chunk, out),
             VaeNet::Wan22(net) => net.decode_video_with(b, z, per_chunk, out),
             VaeNet::HunyuanVideo15(net) => net.decode_video_with(b, z, per_chunk, out),
@@ -303,7 +321,7 @@ impl VaeNet {
         out: &mut dyn FnMut(Tensor<B>) -> Result<()>,
     ) -> Result<()> {
         match self {
-            VaeNet::Flux(_) | VaeNet::MageFlow(_) => Err(self.not_video()),
+            VaeNet::Flux(_) | VaeNet::MageFlow(_) | VaeNet::PixelSpace(_) => Err(self.not_video()),
             VaeNet::Wan21(net) => net.encode_video_with(b, x, per_chunk, out),
             VaeNet::Wan22(net) => net.encode_video_with(b, x, per_chunk, out),
             VaeNet::HunyuanVideo15(net) => net.encode_video_with(b, x, per_chunk, out),
@@ -328,6 +346,7 @@ impl VaeNet {
             VaeNet::HunyuanVideo15(net) => net.encode(b, x),
             VaeNet::HunyuanVideo(net) => net.encode(b, x),
             VaeNet::MageFlow(net) => net.encode(b, x),
+            VaeNet::PixelSpace(_) => Ok(x.clone()),
         }
     }
 }

@@ -192,6 +192,22 @@ impl<B: Backend> TokenModulation<B> {
     }
 }
 
+/// Where the blocks of one call take their modulations from: FLUX.2's shared ones, Chroma's table, or (FLUX.1)
+/// SiLU(vec), from which each block computes its own.
+struct Modulations<'a, B: Backend> {
+    shared: Option<&'a SharedModulation<B>>,
+    chroma: Option<&'a ChromaModulation<B>>,
+    silu_vec: Option<&'a Tensor<B>>,
+}
+
+impl<B: Backend> Clone for Modulations<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for Modulations<'_, B> {}
+
 /// FLUX.2's three modulations, computed once per call and shared by every block.
 struct SharedModulation<B: Backend> {
     /// The double blocks' image stream (attention, MLP).
@@ -356,7 +372,12 @@ impl Flux {
         let rope = rope_table(b, &positions, generation)?;
 
         let chroma = match cfg.approximator {
-            Some(approximator) => Some(self.chroma_modulation(b, input, batch, approximator)?),
+            Some(approximator) => Some(self.chroma_modulation(
+                b,
+                (input.timesteps, input.guidance),
+                batch,
+                approximator,
+            )?),
             None => None,
         };
         let silu_vec = match chroma {
@@ -382,7 +403,7 @@ impl Flux {
             )?),
             _ => None,
         };
-        let mut img = {
+        let img = {
             let mut names = Names::new(generation);
             let lin = names.linear("img_in");
             let layer = self.fetch(b, &names.as_strs())?;
@@ -390,7 +411,7 @@ impl Flux {
             apply(b, &layer, lin, &b.concat(&tokens, 1)?)?
         };
         drop(tokens);
-        let mut txt = {
+        let txt = {
             let mut names = Names::new(generation);
             let lin = names.linear("txt_in");
             let layer = self.fetch(b, &names.as_strs())?;
@@ -404,30 +425,12 @@ impl Flux {
             }
         };
         drop(context);
-        for i in 0..cfg.double_blocks {
-            let double = match (&shared, &chroma) {
-                (Some(s), _) => Some((&s.img, &s.txt)),
-                (None, Some(c)) => c.double.get(i).map(|(img, txt)| (img, txt)),
-                (None, None) => None,
-            };
-            let silu_vec = silu_vec.as_ref();
-            let block = Block { silu_vec, double, single: None, rope: &rope, kv };
-            (img, txt) = self.double_block(b, i, &img, &txt, &block)?;
-        }
-        // ComfyUI's FLUX guards the image stream here; its Chroma does not.
-        let img = if chroma.is_some() { img } else { finite_in_f16(b, img)? };
-        let mut joint = b.concat(&[&txt, &img], 1)?;
-        drop((img, txt));
-        for i in 0..cfg.single_blocks {
-            let single = match (&shared, &chroma) {
-                (Some(s), _) => Some(&s.single),
-                (None, Some(c)) => c.single.get(i),
-                (None, None) => None,
-            };
-            let silu_vec = silu_vec.as_ref();
-            let block = Block { silu_vec, double: None, single, rope: &rope, kv };
-            joint = self.single_block(b, i, &joint, &block)?;
-        }
+        let modulations = Modulations {
+            shared: shared.as_ref(),
+            chroma: chroma.as_ref(),
+            silu_vec: silu_vec.as_ref(),
+        };
+        let joint = self.blocks(b, img, txt, &modulations, &rope, kv)?;
         let img = b.slice(&joint, 1, text_len, image_len)?;
         drop(joint);
 
@@ -464,6 +467,75 @@ impl Flux {
             out = b.slice(&out, 3, 0, w)?;
         }
         Ok(b.cast(&out, DType::F32)?)
+    }
+
+    /// The double blocks over the image tokens `img` and the text tokens `txt` (both `[B, ·, D]`), then the single
+    /// blocks over the joint sequence (text first): that sequence after the last block.
+    fn blocks<B: Backend>(
+        &self,
+        b: &B,
+        mut img: Tensor<B>,
+        mut txt: Tensor<B>,
+        modulations: &Modulations<'_, B>,
+        rope: &Rope<B>,
+        kv: KvMode<'_, B>,
+    ) -> Result<Tensor<B>> {
+        let Modulations { shared, chroma, silu_vec } = *modulations;
+        for i in 0..self.config.double_blocks {
+            let double = match (shared, chroma) {
+                (Some(s), _) => Some((&s.img, &s.txt)),
+                (None, Some(c)) => c.double.get(i).map(|(img, txt)| (img, txt)),
+                (None, None) => None,
+            };
+            let block = Block { silu_vec, double, single: None, rope, kv };
+            (img, txt) = self.double_block(b, i, &img, &txt, &block)?;
+        }
+        // ComfyUI's FLUX guards the image stream here; its Chroma does not.
+        let img = if chroma.is_some() { img } else { finite_in_f16(b, img)? };
+        let mut joint = b.concat(&[&txt, &img], 1)?;
+        drop((img, txt));
+        for i in 0..self.config.single_blocks {
+            let single = match (shared, chroma) {
+                (Some(s), _) => Some(&s.single),
+                (None, Some(c)) => c.single.get(i),
+                (None, None) => None,
+            };
+            let block = Block { silu_vec, double: None, single, rope, kv };
+            joint = self.single_block(b, i, &joint, &block)?;
+        }
+        Ok(joint)
+    }
+
+    /// Chroma's trunk without its input and output layers (what Chroma Radiance builds on, ComfyUI's
+    /// `Chroma.forward_orig` without `final_layer`): `img` `[B, L, D]` is the image's tokens already in the hidden
+    /// width, `context` `[B, N, text_dim]` the text features (through `txt_in` here), `positions` the RoPE
+    /// positions of the N text tokens then the L image tokens; every block is modulated by the guidance MLP at
+    /// `timesteps` and `guidance` (0 where `None`). Returns the image's tokens `[B, L, D]` after the last single
+    /// block, in the compute type.
+    pub(crate) fn chroma_trunk<B: Backend>(
+        &self,
+        b: &B,
+        img: Tensor<B>,
+        context: &Tensor<B>,
+        positions: &[[i64; 4]],
+        (timesteps, guidance): (&[f32], Option<&[f32]>),
+    ) -> Result<Tensor<B>> {
+        let approximator = self.config.approximator.ok_or_else(|| {
+            Error::Invalid(format!("{} has no Chroma guidance MLP", self.config.variant()))
+        })?;
+        let (batch, image_len) = (img.dim(0)?, img.dim(1)?);
+        let txt = {
+            let mut names = Names::new(Generation::One);
+            let lin = names.linear("txt_in");
+            let layer = self.fetch(b, &names.as_strs())?;
+            apply(b, &layer, lin, &self.text_input(b, context)?)?
+        };
+        let text_len = txt.dim(1)?;
+        let rope = rope_table(b, positions, Generation::One)?;
+        let chroma = self.chroma_modulation(b, (timesteps, guidance), batch, approximator)?;
+        let modulations = Modulations { shared: None, chroma: Some(&chroma), silu_vec: None };
+        let joint = self.blocks(b, img, txt, &modulations, &rope, KvMode::Off)?;
+        Ok(b.slice(&joint, 1, text_len, image_len)?)
     }
 
     /// The text features in the compute type; FLUX.2's left-padded with zero rows to 512 tokens, as ComfyUI's
@@ -594,7 +666,7 @@ impl Flux {
     fn chroma_modulation<B: Backend>(
         &self,
         b: &B,
-        input: &FluxInput<'_, B>,
+        (timesteps, guidance): (&[f32], Option<&[f32]>),
         batch: usize,
         approximator: Approximator,
     ) -> Result<ChromaModulation<B>> {
@@ -603,8 +675,8 @@ impl Flux {
         let blocks = 3 * singles + 12 * doubles;
         let table: Vec<usize> = (0..blocks).chain(CHROMA_MOD_ROWS - 2..CHROMA_MOD_ROWS).collect();
         let rows = table.len();
-        let guidance = input.guidance.map_or_else(|| vec![0.0; batch], <[f32]>::to_vec);
-        let t = crate::timestep::sinusoid(input.timesteps.iter().map(|t| 1000.0 * t), 8, 1.0);
+        let guidance = guidance.map_or_else(|| vec![0.0; batch], <[f32]>::to_vec);
+        let t = crate::timestep::sinusoid(timesteps.iter().map(|t| 1000.0 * t), 8, 1.0);
         let g = crate::timestep::sinusoid(guidance.iter().map(|g| 1000.0 * g), 8, 1.0);
         let index = crate::timestep::sinusoid(table.iter().map(|&i| 1000.0 * i as f32), 16, 1.0);
         let mut features = Vec::with_capacity(batch * rows * CHROMA_IN_DIM);

@@ -29,9 +29,9 @@ pub use config::{
 pub(crate) use config::{check_layers, check_shape, count_layers, dims, fixed_head_dims};
 pub use model::{IMAGE_PAD, ImageTokens, Qwen3};
 pub use tokenizer::{
-    ENDOFTEXT, IMAGE_SLOT, KLEIN_MIN_LENGTH, LONGCAT_PROMPT_LENGTH, OMNIGEN2_PROMPT_LAYOUT,
-    OVIS_MIN_LENGTH, Tokenizer, attended_keys, is_templated, longcat_conditioning_window,
-    ovis_conditioning_start, qwen_image_conditioning_start,
+    ENDOFTEXT, IMAGE_SLOT, JOYIMAGE_DROP, KLEIN_MIN_LENGTH, LONGCAT_PROMPT_LENGTH,
+    OMNIGEN2_PROMPT_LAYOUT, OVIS_MIN_LENGTH, Tokenizer, attended_keys, is_templated,
+    longcat_conditioning_window, ovis_conditioning_start, qwen_image_conditioning_start,
 };
 
 /// The hidden states FLUX.2 Klein conditions on, in Hugging Face's numbering (0 the embeddings, `i` the output

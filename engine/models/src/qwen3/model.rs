@@ -166,7 +166,7 @@ impl Qwen3 {
                 "{attended} attended keys for {n} tokens: at least one, at most all"
             )));
         }
-        self.tapped(b, ids, &[], Some(attended), taps)
+        self.tapped(b, ids, &[], Some(attended), taps, true)
     }
 
     /// [`Qwen3::tapped_hidden_states`] with images in the prompt (Qwen3-VL, Qwen2.5-VL), attending causally to
@@ -193,11 +193,31 @@ impl Qwen3 {
                 ids.len()
             )));
         }
-        self.tapped(b, ids, images, attended, taps)
+        self.tapped(b, ids, images, attended, taps, true)
+    }
+
+    /// The last layer's output before the final norm `[1, N', hidden]` (f32) of `ids` with `images` in place,
+    /// attending as [`Qwen3::tapped_hidden_states_with_images`] does: ComfyUI's `layer="hidden"`,
+    /// `layer_idx=-1` with `layer_norm_hidden_state=False` (its generic Qwen3-VL encoder's and JoyImage's).
+    pub fn last_hidden_state_unnormed_with_images<B: Backend>(
+        &self,
+        b: &B,
+        ids: &[u32],
+        images: &[ImageTokens<B>],
+        attended: Option<usize>,
+    ) -> Result<Tensor<B>> {
+        if let Some(n) = attended.filter(|&n| n == 0 || n > ids.len()) {
+            return Err(Error::Invalid(format!(
+                "{n} attended keys for {} tokens: at least one, at most all",
+                ids.len()
+            )));
+        }
+        self.tapped(b, ids, images, attended, &[self.config.layers], false)
     }
 
     /// The hidden states `taps` of `ids` with `images` in place, attending to the keys before `attended` (ids'
-    /// coordinates) or causally to all.
+    /// coordinates) or causally to all; the last layer's output through the final norm where the variant's is
+    /// and `final_norm` asks.
     fn tapped<B: Backend>(
         &self,
         b: &B,
@@ -205,6 +225,7 @@ impl Qwen3 {
         images: &[ImageTokens<B>],
         attended: Option<usize>,
         taps: &[usize],
+        final_norm: bool,
     ) -> Result<Tensor<B>> {
         // In f32 on every device, as ComfyUI runs its text encoders (see `hidden_state_with_images`).
         let b = &b.with_compute_dtype(DType::F32)?;
@@ -242,7 +263,7 @@ impl Qwen3 {
                 Variant::Qwen3 | Variant::Llama3 | Variant::Qwen3Vl => true,
                 Variant::Qwen25Vl | Variant::Mistral3 | Variant::Gemma2 => false,
             };
-            if i == cfg.layers && normed_last && self.weights.info(NORM).is_some() {
+            if i == cfg.layers && normed_last && final_norm && self.weights.info(NORM).is_some() {
                 let norm = self.weights.fetch(b, &[NORM])?;
                 x = self.norm(b, &x, &norm.weight(0))?;
             }
@@ -355,26 +376,53 @@ impl Qwen3 {
         pick: &mut dyn FnMut(Vec<f32>) -> u32,
         on_token: &mut dyn FnMut(usize) -> Result<()>,
     ) -> Result<Vec<u32>> {
+        self.generate_with_images(b, prompt, &[], max_new, stop, pick, on_token)
+    }
+
+    /// [`Qwen3::generate`] with `images` in the prompt's first `<|image_pad|>` tokens (Qwen3-VL, Qwen2.5-VL),
+    /// as ComfyUI's `BaseGenerate.generate` with image embeds: the prompt at its M-RoPE positions (see
+    /// [`Qwen3::hidden_state_with_images`]) with Qwen3-VL's DeepStack features added in that first pass, each
+    /// generated token at the position after the prompt's last (its largest axis), counting up.
+    #[allow(clippy::too_many_arguments)]
+    pub fn generate_with_images<B: Backend>(
+        &self,
+        b: &B,
+        prompt: &[u32],
+        images: &[ImageTokens<B>],
+        max_new: usize,
+        stop: &[u32],
+        pick: &mut dyn FnMut(Vec<f32>) -> u32,
+        on_token: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<Vec<u32>> {
         // In f32 on every device, as ComfyUI runs its text encoders (see `hidden_state_with_images`).
         let b = &b.with_compute_dtype(DType::F32)?;
         let cfg = &self.config;
         self.check_ids(prompt)?;
-        let positions: Vec<[f32; 3]> = (0..prompt.len() + max_new).map(|p| [p as f32; 3]).collect();
+        let pieces = self.pieces(prompt, images)?;
+        let mut positions = Piece::positions(&pieces);
+        let next = positions.last().map_or(0.0, |p| p[0].max(p[1]).max(p[2]) + 1.0);
+        positions.extend((0..max_new).map(|k| [next + k as f32; 3]));
         let (cos, sin) = rope_tables(b, cfg, &positions)?;
         let mut cache: Vec<Option<KvCache<B>>> = (0..cfg.layers).map(|_| None).collect();
-        let mut generated = Vec::new();
-        let mut input = prompt.to_vec();
+        let mut generated: Vec<u32> = Vec::new();
         let mut position = 0;
         while generated.len() < max_new {
-            let n = input.len();
-            let mut x = {
-                let layer = self.weights.fetch(b, &[EMBED])?;
-                self.embed(b, &input, &layer.weight(0))?.reshape(&[1, n, cfg.hidden])?
+            let first = generated.is_empty();
+            let mut x = match generated.last() {
+                None => self.embed_prompt(b, &pieces)?,
+                Some(&token) => {
+                    let layer = self.weights.fetch(b, &[EMBED])?;
+                    self.embed(b, &[token], &layer.weight(0))?.reshape(&[1, 1, cfg.hidden])?
+                }
             };
+            let n = x.dim(1)?;
             let cos = b.slice(&cos, 0, position, n)?;
             let sin = b.slice(&sin, 0, position, n)?;
             for (i, entry) in cache.iter_mut().enumerate() {
                 x = self.layer(b, i, &x, &cos, &sin, Keys::Cached(entry))?;
+                if first && let Some(features) = deepstack(b, cfg, &pieces, i)? {
+                    x = b.binary(&x, &features, BinaryOp::Add)?;
+                }
             }
             let last = b.slice(&x, 1, n - 1, 1)?;
             let logits = {
@@ -393,7 +441,6 @@ impl Qwen3 {
             }
             self.check_ids(&[token])?;
             position += n;
-            input = vec![token];
         }
         Ok(generated)
     }

@@ -63,6 +63,15 @@ pub const OMNIGEN2_PROMPT_LAYOUT: crate::prompt_weights::Layout = crate::prompt_
     min_padding: None,
 };
 
+/// JoyImage's system prompt (ComfyUI's `JOYIMAGE_TEMPLATE_TEXT`; its `\\n` is a backslash and an `n`, not a
+/// line break).
+const JOYIMAGE_SYSTEM: &str = " \\nDescribe the image by detailing the color, shape, size, texture, quantity, text, \
+                               spatial relationships of the objects and background:";
+
+/// The states JoyAI Image Edit's encoder drops from the front: its template's system turn and user header
+/// (ComfyUI's `JOYIMAGE_DROP_IDX`).
+pub const JOYIMAGE_DROP: usize = 34;
+
 /// Boogu-Image's text-to-image system prompt (ComfyUI's `BOOGU_T2I_SYSTEM`).
 const BOOGU_T2I_SYSTEM: &str = "You are a helpful assistant that generates high-quality images based on user instructions. The instructions \
      are as follows.";
@@ -321,6 +330,50 @@ impl Tokenizer {
         self.qwen3vl_templated(prompt, |prompt| {
             format!(
                 "<|im_start|>system\n{BOOGU_DROP_SYSTEM}<|im_end|>\n<|im_start|>user\n{slots}{prompt}<|im_end|>\n"
+            )
+        })
+    }
+
+    /// The ids a Qwen3-VL runs on for `prompt` with `images` images as ComfyUI's generic `Qwen3VLTokenizer`
+    /// frames them (a Qwen3-VL file under any `CLIPLoader` type without a model of its own; `TextGenerate` on
+    /// it): weights disabled, the prompt in a user turn (an image slot per image before it) and the assistant
+    /// turn opened, an empty `<think>` block after it unless `chat.thinking`; the prompt as written without
+    /// `chat.default_template` or when it starts with `<|im_start|>`.
+    pub fn qwen3vl_plain_prompt(
+        &self,
+        prompt: &str,
+        images: usize,
+        chat: crate::textgen::ChatOptions,
+    ) -> Result<Vec<u32>> {
+        if !chat.default_template {
+            return self.encode(&unescape_parentheses(prompt));
+        }
+        let slots = IMAGE_SLOT.repeat(images);
+        let think = if chat.thinking { "" } else { "<think>\n\n</think>\n\n" };
+        self.qwen3vl_templated(prompt, |prompt| {
+            format!("<|im_start|>user\n{slots}{prompt}<|im_end|>\n<|im_start|>assistant\n{think}")
+        })
+    }
+
+    /// The ids JoyAI Image Edit's Qwen3-VL 8B runs on for `prompt` with `images` images (ComfyUI's
+    /// `JoyImageTokenizer`, `TextEncodeJoyImageEdit`): weights disabled, JoyImage's system turn, an image slot
+    /// per image at the start of the user turn, the assistant turn opened and no `<think>` block (it always
+    /// tokenizes as thinking); the prompt as written without `default_template` or when it starts with
+    /// `<|im_start|>`. Its encoder drops the first [`JOYIMAGE_DROP`] states.
+    pub fn joyimage_prompt(
+        &self,
+        prompt: &str,
+        images: usize,
+        default_template: bool,
+    ) -> Result<Vec<u32>> {
+        if !default_template {
+            return self.encode(&unescape_parentheses(prompt));
+        }
+        let slots = IMAGE_SLOT.repeat(images);
+        self.qwen3vl_templated(prompt, |prompt| {
+            format!(
+                "<|im_start|>system\n{JOYIMAGE_SYSTEM}<|im_end|>\n<|im_start|>user\n{slots}{prompt}<|im_end|>\n\
+                 <|im_start|>assistant\n"
             )
         })
     }

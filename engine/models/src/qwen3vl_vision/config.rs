@@ -104,6 +104,9 @@ impl Config {
             temporal_patch: self.temporal_patch,
             mean: [NORMALISATION; 3],
             std: [NORMALISATION; 3],
+            min_pixels: crate::qwen_vl::MIN_PIXELS,
+            max_pixels: crate::qwen_vl::MAX_PIXELS,
+            resample: crate::qwen_vl::Resample::Bilinear,
         }
     }
 

@@ -12,4 +12,6 @@ mod preprocess;
 
 pub use config::{FULL_ATTENTION_BLOCKS, HEADS, MERGE, VisionConfig, detect};
 pub use model::embed_image;
-pub use preprocess::{CLIP_MEAN, CLIP_STD, Patching, VisionInput};
+pub use preprocess::{
+    CLIP_MEAN, CLIP_STD, MAX_PIXELS, MIN_PIXELS, Patching, Resample, VisionInput,
+};

@@ -5,10 +5,10 @@
 use super::config::{MERGE, VisionConfig};
 use crate::error::{Error, Result};
 
-/// Fewest pixels an image is resized to (56²).
-const MIN_PIXELS: usize = 3136;
-/// Most pixels an image is resized to.
-const MAX_PIXELS: usize = 12_845_056;
+/// Fewest pixels an image is resized to (56²), ComfyUI's default.
+pub const MIN_PIXELS: usize = 3136;
+/// Most pixels an image is resized to, ComfyUI's default.
+pub const MAX_PIXELS: usize = 12_845_056;
 /// CLIP's per-channel mean the pixels are normalised with (Qwen2.5-VL's, ComfyUI's default).
 pub const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
 /// CLIP's per-channel standard deviation the pixels are normalised with (Qwen2.5-VL's, ComfyUI's default).
@@ -26,6 +26,21 @@ pub struct Patching {
     pub mean: [f32; 3],
     /// Per-channel deviation the pixels are then divided by.
     pub std: [f32; 3],
+    /// Fewest pixels the image is resized to ([`MIN_PIXELS`] unless an encoder sets its own).
+    pub min_pixels: usize,
+    /// Most pixels the image is resized to ([`MAX_PIXELS`] unless an encoder sets its own).
+    pub max_pixels: usize,
+    /// How the image is resized (torch's `interpolate` mode).
+    pub resample: Resample,
+}
+
+/// torch's `interpolate` mode the image is resized with (corners not aligned, no antialiasing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resample {
+    /// `bilinear`, ComfyUI's default.
+    Bilinear,
+    /// `bicubic` (JoyImage's encoder).
+    Bicubic,
 }
 
 impl VisionConfig {
@@ -36,6 +51,9 @@ impl VisionConfig {
             temporal_patch: self.temporal_patch,
             mean: CLIP_MEAN,
             std: CLIP_STD,
+            min_pixels: MIN_PIXELS,
+            max_pixels: MAX_PIXELS,
+            resample: Resample::Bilinear,
         }
     }
 }
@@ -66,9 +84,9 @@ impl VisionInput {
     }
 
     /// The patches of `image` (`[height, width, channels]` in `[0, 1]`, channels last; the first three are
-    /// used): resized, keeping the aspect ratio, to multiples of two patches within ComfyUI's pixel bounds
-    /// (bilinear, as torch's `interpolate` without antialiasing), normalised with `how`'s mean and deviation,
-    /// the one frame repeated to fill a patch's frames.
+    /// used): resized, keeping the aspect ratio, to multiples of two patches within `how`'s pixel bounds (by
+    /// `how`'s resample, as torch's `interpolate` without antialiasing), normalised with `how`'s mean and
+    /// deviation, the one frame repeated to fill a patch's frames.
     pub fn patched(
         how: &Patching,
         image: &[f32],
@@ -87,21 +105,20 @@ impl VisionInput {
                 how.patch, how.patch, how.temporal_patch
             )));
         }
-        let (rows, cols) = resized_size(height, width, how.patch * MERGE);
-        let ys = crate::interpolate::bilinear_taps(height, rows);
-        let xs = crate::interpolate::bilinear_taps(width, cols);
+        let (rows, cols) = resized_size(height, width, how.patch * MERGE, how);
         // Resized and normalised planes [3, rows, cols].
-        let mut planes = vec![0f32; 3 * rows * cols];
-        for (c, plane) in planes.chunks_exact_mut(rows * cols).enumerate() {
-            let at = |y: usize, x: usize| image[(y * width + x) * channels + c];
-            for (oy, &(y0, y1, ly)) in ys.iter().enumerate() {
-                for (ox, &(x0, x1, lx)) in xs.iter().enumerate() {
-                    let top = at(y0, x0) * (1.0 - lx) + at(y0, x1) * lx;
-                    let bottom = at(y1, x0) * (1.0 - lx) + at(y1, x1) * lx;
-                    let v = top * (1.0 - ly) + bottom * ly;
-                    plane[oy * cols + ox] = (v - how.mean[c]) / how.std[c];
+        let mut planes = Vec::with_capacity(3 * rows * cols);
+        for c in 0..3 {
+            let plane: Vec<f32> = (0..height * width).map(|i| image[i * channels + c]).collect();
+            let resized = match how.resample {
+                Resample::Bilinear => {
+                    crate::interpolate::bilinear(&plane, [height, width], [rows, cols])
                 }
-            }
+                Resample::Bicubic => {
+                    crate::interpolate::bicubic(&plane, [height, width], [rows, cols])
+                }
+            };
+            planes.extend(resized.into_iter().map(|v| (v - how.mean[c]) / how.std[c]));
         }
         let p = how.patch;
         let (grid_h, grid_w) = (rows / p, cols / p);
@@ -161,17 +178,18 @@ impl VisionInput {
 }
 
 /// The size an image of `height` × `width` is resized to: each side rounded (half to even, as Python) to a
-/// multiple of `factor`, scaled down or up when the area leaves [`MIN_PIXELS`, `MAX_PIXELS`].
-fn resized_size(height: usize, width: usize, factor: usize) -> (usize, usize) {
+/// multiple of `factor`, scaled down or up when the area leaves `how`'s pixel bounds.
+fn resized_size(height: usize, width: usize, factor: usize, how: &Patching) -> (usize, usize) {
+    let (min_pixels, max_pixels) = (how.min_pixels, how.max_pixels);
     let (h, w, f) = (height as f64, width as f64, factor as f64);
     let round = |x: f64| (x / f).round_ties_even() as usize * factor;
     let (rows, cols) = (round(h), round(w));
-    if rows * cols > MAX_PIXELS {
-        let beta = (h * w / MAX_PIXELS as f64).sqrt();
+    if rows * cols > max_pixels {
+        let beta = (h * w / max_pixels as f64).sqrt();
         let fit = |x: f64| ((x / beta / f).floor() as usize * factor).max(factor);
         (fit(h), fit(w))
-    } else if rows * cols < MIN_PIXELS {
-        let beta = (MIN_PIXELS as f64 / (h * w)).sqrt();
+    } else if rows * cols < min_pixels {
+        let beta = (min_pixels as f64 / (h * w)).sqrt();
         let fit = |x: f64| (x * beta / f).ceil() as usize * factor;
         (fit(h), fit(w))
     } else {
@@ -181,14 +199,27 @@ fn resized_size(height: usize, width: usize, factor: usize) -> (usize, usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::resized_size;
+    use super::{CLIP_MEAN, CLIP_STD, MAX_PIXELS, MIN_PIXELS, Patching, Resample, resized_size};
+
+    const DEFAULT: Patching = Patching {
+        patch: 14,
+        temporal_patch: 2,
+        mean: CLIP_MEAN,
+        std: CLIP_STD,
+        min_pixels: MIN_PIXELS,
+        max_pixels: MAX_PIXELS,
+        resample: Resample::Bilinear,
+    };
 
     #[test]
     fn sizes_round_to_merged_patches_within_bounds() {
-        assert_eq!(resized_size(150, 260, 28), (140, 252));
+        assert_eq!(resized_size(150, 260, 28, &DEFAULT), (140, 252));
         // 28 × 28 is under 56²: scaled up, then rounded up.
-        assert_eq!(resized_size(20, 30, 28), (56, 84));
+        assert_eq!(resized_size(20, 30, 28, &DEFAULT), (56, 84));
         // Half rounds to even: 42 / 28 = 1.5 → 2, 70 / 28 = 2.5 → 2.
-        assert_eq!(resized_size(42, 70, 28), (56, 56));
+        assert_eq!(resized_size(42, 70, 28, &DEFAULT), (56, 56));
+        // An encoder's own bounds (JoyImage's 256² at least).
+        let joy = Patching { min_pixels: 65_536, ..DEFAULT };
+        assert_eq!(resized_size(100, 100, 32, &joy), (256, 256));
     }
 }

@@ -90,6 +90,8 @@ const KREA2: &str = "krea2";
 const KREA2_LORA: &str = "krea2-lora";
 const MAGE_FLOW: &str = "mage-flow";
 const MAGE_VAE: &str = "mage-flow-vae";
+const JOYIMAGE: &str = "joyimage";
+const CHROMA_RADIANCE: &str = "chroma-radiance";
 const ANIMA: &str = "anima";
 const ANIMA_LORA: &str = "anima-lora";
 const ANIMA_LLLITE: &str = "anima-lllite";
@@ -477,6 +479,8 @@ impl SynthFamily {
             DiffusionFamily::HunyuanVideo,
             DiffusionFamily::HunyuanVideo15,
             DiffusionFamily::MageFlow,
+            DiffusionFamily::JoyImage,
+            DiffusionFamily::ChromaRadiance,
         ];
         all.extend(
             DiffusionFamily::ALL.into_iter().filter(|f| !unets.contains(f)).map(SynthFamily::Lora),
@@ -874,6 +878,12 @@ pub struct ZImageTurboSet {
     pub mage_flow: crate::mage_flow::Config,
     /// Mage-Flow's VAE (`--family mage-flow-vae`).
     pub mage_vae: crate::mage_vae::Config,
+    /// Chroma Radiance's NeRF head (`--family chroma-radiance`, on `chroma`'s trunk): hidden width, MLP ratio,
+    /// blocks.
+    pub chroma_radiance_nerf: (usize, usize, usize),
+    /// JoyAI Image Edit's DiT (`--family joyimage`; its text width should be Qwen3-VL 8B's, or in the tiny set
+    /// the Qwen3-VL 4B's that stands in for it).
+    pub joyimage: crate::joyimage::Config,
 }
 
 impl ZImageTurboSet {
@@ -1070,6 +1080,20 @@ impl ZImageTurboSet {
                 axes_dims: [16, 56, 56],
             },
             mage_vae: crate::mage_vae::Config::released(),
+            // Chroma1-Radiance: 64 wide, ratio 4, 4 blocks (ComfyUI's detection fixes these).
+            chroma_radiance_nerf: (64, 4, 4),
+            // JoyAI Image Edit: 40 double-stream blocks of 32 heads of 128 on Qwen3-VL 8B's width.
+            joyimage: crate::joyimage::Config {
+                hidden: 4096,
+                channels: 16,
+                layers: 40,
+                heads: 32,
+                head_dim: 128,
+                mlp_dim: 16384,
+                text_dim: 4096,
+                patch: [1, 2, 2],
+                axes: [16, 56, 56],
+            },
             // Qwen2.5-VL 3B: 36 layers of 16 heads, 2 key/value heads.
             omnigen2_qwen25vl: decoder_config(
                 qwen3::Variant::Qwen25Vl,
@@ -1379,6 +1403,20 @@ impl ZImageTurboSet {
                 text_dim: 128,
                 axes_dims: [4, 14, 14],
             },
+            // Two blocks of two heads of 64 (the frame axis keeps its released 16 of RoPE) on the tiny Qwen3-VL
+            // 4B's width, which stands in for the 8B.
+            joyimage: crate::joyimage::Config {
+                hidden: 128,
+                channels: 16,
+                layers: 2,
+                heads: 2,
+                head_dim: 64,
+                mlp_dim: 256,
+                text_dim: 128,
+                patch: [1, 2, 2],
+                axes: [16, 24, 24],
+            },
+            chroma_radiance_nerf: (32, 1, 2),
             // One block a stage, at the released latent (128) and patch (16), one GroupNorm group of 32 wide.
             mage_vae: crate::mage_vae::Config {
                 image_channels: 3,
@@ -1554,6 +1592,14 @@ impl ZImageTurboSet {
             return Err(Error::Invalid(format!(
                 "Krea 2's text adapter reads {} states {} wide, not Qwen3-VL 4B's {taps} of {}",
                 self.krea2.text_layers, self.krea2.text_dim, self.qwen3vl_4b.hidden
+            )));
+        }
+        if self.joyimage.axes
+            != crate::joyimage::rope_axes(self.joyimage.head_dim).unwrap_or_default()
+        {
+            return Err(Error::Invalid(format!(
+                "JoyAI Image Edit's RoPE widths {:?} are not the split of its {}-wide heads",
+                self.joyimage.axes, self.joyimage.head_dim
             )));
         }
         if self.mage_flow.text_dim != self.qwen3vl_4b.hidden {
@@ -1930,7 +1976,9 @@ pub fn write_family(
             | DiffusionFamily::Boogu
             | DiffusionFamily::HunyuanVideo
             | DiffusionFamily::HunyuanVideo15
-            | DiffusionFamily::MageFlow),
+            | DiffusionFamily::MageFlow
+            | DiffusionFamily::JoyImage
+            | DiffusionFamily::ChromaRadiance),
         ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
         SynthFamily::Diffusion(DiffusionFamily::OvisImage) => {
             let specs = specs_of(flux::expected(&ovis_config(set)));
@@ -1950,6 +1998,11 @@ pub fn write_family(
                     .to_owned(),
             ))
         }
+        SynthFamily::TextEncoder(TextEncoderFamily::JoyImage) => Err(Error::Invalid(
+            "JoyAI Image Edit's text encoder is a Qwen3-VL file (--family qwen3vl-4b stands in, loaded with \
+             CLIPLoader type joyimage)"
+                .to_owned(),
+        )),
         SynthFamily::TextEncoder(TextEncoderFamily::Boogu) => Err(Error::Invalid(
             "Boogu-Image's text encoder is a Qwen3-VL file (--family qwen3vl-4b stands in, loaded with CLIPLoader \
              type boogu)"
@@ -1980,9 +2033,21 @@ pub fn write_family(
             let specs = specs_of(crate::krea2::expected(&set.krea2));
             write_one(path, &specs, KREA2, "Krea 2 DiT", dtype, seed, progress)
         }
+        SynthFamily::Diffusion(DiffusionFamily::ChromaRadiance) => {
+            let config = chroma_radiance_config(&set.chroma, set.chroma_radiance_nerf);
+            let specs = specs_of(crate::chroma_radiance::expected(&config));
+            write_one(path, &specs, CHROMA_RADIANCE, "Chroma Radiance DiT", dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::JoyImage) => {
+            let specs = specs_of(crate::joyimage::expected(&set.joyimage));
+            write_one(path, &specs, JOYIMAGE, "JoyAI Image Edit DiT", dtype, seed, progress)
+        }
         SynthFamily::Lora(DiffusionFamily::Krea2) => {
             write_krea2_lora(path, &set.krea2, dtype, seed, progress)
         }
+        SynthFamily::Vae(VaeFamily::PixelSpace) => Err(Error::Invalid(
+            "the pixel-space VAE has no file: VAELoader lists `pixel_space` beside the vae folder's files".to_owned(),
+        )),
         SynthFamily::Vae(VaeFamily::MageFlow) => {
             check_vae_dtype(dtype)?;
             let specs = specs_of(crate::mage_vae::file_expected(&set.mage_vae));
@@ -2534,6 +2599,26 @@ fn longcat_config(flux: &flux::Config) -> flux::Config {
 
 /// Chroma's DiT at FLUX.1 dev's widths `flux` with the guidance MLP `approximator`: its text, no pooled vector,
 /// guidance or modulation weights.
+/// Chroma Radiance on Chroma's trunk `chroma` with a NeRF head `(hidden, mlp ratio, depth)`: 16-pixel patches,
+/// 8 DCT frequencies and the convolutional head of the released x0 model (its `__x0__` marker is not written,
+/// so the file predicts velocity as the first releases did).
+fn chroma_radiance_config(
+    chroma: &flux::Config,
+    (nerf_hidden, nerf_mlp_ratio, nerf_depth): (usize, usize, usize),
+) -> crate::chroma_radiance::Config {
+    crate::chroma_radiance::Config {
+        trunk: flux::Config { in_channels: crate::chroma_radiance::CHANNELS, ..chroma.clone() },
+        patch: 16,
+        nerf_hidden,
+        nerf_mlp_ratio,
+        nerf_depth,
+        nerf_max_freqs: 8,
+        head: crate::chroma_radiance::FinalHead::Conv,
+        x0: false,
+        sequential_txt_ids: false,
+    }
+}
+
 fn chroma_config(flux: &flux::Config, approximator: flux::Approximator) -> flux::Config {
     flux::Config {
         vec_dim: None,

@@ -528,6 +528,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
         [
             "z-image",
             "lumina2",
+            "chroma-radiance",
             "flux1",
             "longcat-image",
             "chroma",
@@ -550,6 +551,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "hunyuan-video15",
             "krea2",
             "mage-flow",
+            "joyimage",
             "qwen3vl-4b",
             "qwen3",
             "gemma2-2b",

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use kiln_compute::DType;
+use kiln_models::family::PIXEL_SPACE_NAME;
 
 use super::model_specs;
 use crate::models::{ModelEnv, load};
@@ -92,9 +93,15 @@ pub(super) struct VaeLoader(pub(super) ModelEnv);
 
 impl Node for VaeLoader {
     fn spec(&self) -> Arc<NodeSpec> {
-        Arc::new(model_specs::vae_loader(self.0.files.list("vae")))
+        let mut names = self.0.files.list("vae");
+        names.push(PIXEL_SPACE_NAME.to_owned());
+        Arc::new(model_specs::vae_loader(names))
     }
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
+        if inputs.string("vae_name")? == PIXEL_SPACE_NAME {
+            let vae = load::pixel_space_vae(&self.0).map_err(node_error)?;
+            return Ok(NodeResult::values([Value::Vae(Arc::new(vae))]));
+        }
         let path = find(&self.0, "vae", inputs, "vae_name")?;
         let vae = load::load_vae(&self.0, &path, &mut progress(ctx)).map_err(node_error)?;
         Ok(NodeResult::values([Value::Vae(Arc::new(vae))]))

@@ -111,7 +111,7 @@ pub(crate) fn clip_loader(files: Vec<String>) -> NodeSpec {
 
 /// `VAELoader` ("Load VAE"). ComfyUI lists the `vae` files, then tiny-autoencoder files of `vae_approx`, then
 /// `pixel_space`; Kiln lists only what it can load, so the caller passes the `vae` folder's files (sorted) and
-/// nothing else.
+/// `pixel_space` (no tiny autoencoders).
 pub(crate) fn vae_loader(files: Vec<String>) -> NodeSpec {
     NodeSpec::new("VAELoader", "Load VAE", "model/loaders")
         .input(choices("vae_name", &files))

@@ -75,7 +75,12 @@ pub(crate) fn resize(
 
 /// The source box with the target's aspect ratio, centered, as ComfyUI's `common_upscale` crops: the offset
 /// rounded (half to even, Python's `round`) and the same margin cut from both sides.
-fn crop_box(w: usize, h: usize, width: usize, height: usize) -> (usize, usize, usize, usize) {
+pub(super) fn crop_box(
+    w: usize,
+    h: usize,
+    width: usize,
+    height: usize,
+) -> (usize, usize, usize, usize) {
     let old = w as f64 / h as f64;
     let new = width as f64 / height as f64;
     let margin = |side: usize, ratio: f64| {

@@ -33,6 +33,7 @@ use crate::models::context_windows::Window;
 use crate::models::device::{OnDevice, on_device};
 use crate::models::{
     CondExtras, Conditioning, DiffusionModel, DualCfg, ModelPatchApplication, Noise, PerpNeg,
+    RadianceWindow,
 };
 use crate::nodes::error::node_error;
 use crate::nodes::{
@@ -447,6 +448,7 @@ impl OnDevice for Forward<'_> {
             width_concat: width_concat.as_ref(),
             byt5: byt5.as_ref(),
             time_dim_replace: time_dim_replace.as_ref(),
+            radiance: RadianceWindow::options_at(&self.model.chroma_radiance, self.sigma),
         };
         let out = self.model.net.forward(b, input)?;
         let out = b.cast(&out, DType::F32)?;

@@ -3,15 +3,18 @@
 //!
 //! As in ComfyUI, a Qwen3 `CLIP` puts the prompt in its chat template (Z-Image's, or FLUX.2 Klein's with thinking
 //! disabled, unpadded, for a `CLIPLoader` type `flux2` or a Qwen3-8B) and ignores `image`, `video`,
-//! `audio`, `thinking` and `use_default_template` (its tokenizer reads none of them); Krea 2's and Mage-Flow's
-//! Qwen3-VL frames it by `thinking` and `use_default_template`, and refuses an `image` (its vision tower is not
-//! wired into generation yet). The text comes back as generated, a `<think>` block included.
+//! `audio`, `thinking` and `use_default_template` (its tokenizer reads none of them); a Qwen3-VL frames it by
+//! `thinking` and `use_default_template`, and the generic Qwen3-VL encoder and JoyImage's show it `image` (each
+//! image of the batch through the vision tower, in the template's image slots); Krea 2's, Mage-Flow's and
+//! Boogu's refuse an image (their tokenizers' image layouts for generation are not wired). The text comes back
+//! as generated, a `<think>` block included.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kiln_compute::Backend;
 use kiln_models::family::TextEncoderFamily;
+use kiln_models::qwen_vl::VisionInput;
 use kiln_models::textgen::{ChatOptions, Decoding, SamplingSettings};
 
 use crate::compute::Compute;
@@ -22,12 +25,14 @@ use crate::nodes::{
     Context, DYNAMIC_COMBO, DynamicOption, InputDef, Inputs, Node, NodeError, NodeResult, NodeSpec,
     OutputDef,
 };
+use crate::tensor::Tensor;
 use crate::value::Value;
 
 /// One generation run on the device.
 struct Generate<'a> {
     clip: &'a TextEncoder,
     prompt: &'a str,
+    images: &'a [VisionInput],
     chat: ChatOptions,
     max_new: usize,
     decoding: Decoding,
@@ -41,6 +46,7 @@ impl OnDevice for Generate<'_> {
         let ids = self.clip.net.generate(
             b,
             self.prompt,
+            self.images,
             self.chat,
             self.max_new,
             self.decoding,
@@ -156,19 +162,24 @@ impl Node for TextGenerate {
 
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
         let clip = inputs.clip("clip")?;
-        // A Qwen3-VL encoder's tokenizer reads the image (ComfyUI shows it to the vision tower); Kiln generates
-        // from text alone yet, so it refuses rather than ignore the image.
-        let reads_images = matches!(
-            clip.net.family(),
+        // The tokenizers of Krea 2's, Mage-Flow's and Boogu's Qwen3-VL read the image (ComfyUI shows it to the
+        // vision tower) in layouts Kiln does not generate with yet, so they refuse rather than ignore it; the
+        // generic Qwen3-VL's and JoyImage's take it (and ignore a video, as theirs do); the others read neither.
+        let images = match clip.net.family() {
             TextEncoderFamily::Krea2 | TextEncoderFamily::MageFlow | TextEncoderFamily::Boogu
-        );
-        if reads_images && ["image", "video"].iter().any(|name| inputs.has(name)) {
-            return Err(NodeError::new(format!(
-                "TextGenerate with an image and {}'s encoder is not supported yet (Kiln generates from the \
-                 prompt alone with it)",
-                clip.net.family().name()
-            )));
-        }
+                if ["image", "video"].iter().any(|name| inputs.has(name)) =>
+            {
+                return Err(NodeError::new(format!(
+                    "TextGenerate with an image and {}'s encoder is not supported yet (Kiln generates from the \
+                     prompt alone with it)",
+                    clip.net.family().name()
+                )));
+            }
+            TextEncoderFamily::Qwen3Vl | TextEncoderFamily::JoyImage if inputs.has("image") => {
+                batch_vision_inputs(clip, inputs.image("image")?)?
+            }
+            _ => Vec::new(),
+        };
         let max_length = inputs.int("max_length")?;
         let max_new = usize::try_from(max_length).ok().filter(|&n| n > 0).ok_or_else(|| {
             NodeError::new(format!("`max_length` must be positive, got {max_length}"))
@@ -185,6 +196,7 @@ impl Node for TextGenerate {
         let run = Generate {
             clip,
             prompt: inputs.string("prompt")?,
+            images: &images,
             chat: chat_options(inputs)?,
             max_new,
             decoding: decoding(inputs)?,
@@ -196,4 +208,21 @@ impl Node for TextGenerate {
             Err(e) => Err(node_error(e)),
         }
     }
+}
+
+/// Each image of `image`'s batch as `clip`'s vision tower reads it (ComfyUI's tokenizer takes the batch as
+/// that many images).
+fn batch_vision_inputs(clip: &TextEncoder, image: &Tensor) -> Result<Vec<VisionInput>, NodeError> {
+    let &[batch, h, w, c] = image.shape() else {
+        return Err(NodeError::new(format!(
+            "expected an IMAGE [B, H, W, C], got {:?}",
+            image.shape()
+        )));
+    };
+    image
+        .data()
+        .chunks_exact(h * w * c)
+        .take(batch)
+        .map(|one| clip.net.vision_input(one, h, w, c).map_err(node_error))
+        .collect()
 }

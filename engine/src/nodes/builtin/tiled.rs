@@ -273,7 +273,7 @@ pub(super) fn tiled_pass(
                 sample.shape()
             ))),
         },
-        VaeFamily::Flux | VaeFamily::Flux2 | VaeFamily::MageFlow => {
+        VaeFamily::Flux | VaeFamily::Flux2 | VaeFamily::MageFlow | VaeFamily::PixelSpace => {
             // `tiled_scale(tile_x, tile_y)` tiles (rows, columns) = (tile_y, tile_x).
             let passes: [(usize, usize); 3] = match scale {
                 Scale::Up(_) | Scale::FramesUp(_) => {
