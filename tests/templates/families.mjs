@@ -102,6 +102,7 @@ const kilnFiles = [
   // ESRGAN upscale models (Real-ESRGAN ×4's RRDBNet; its ×2 and the ESRGAN+ variants are refused by name).
   { folder: 'upscale_models', stem: /^(RealESRGAN_x4plus(_anime_6B)?|4x[-_]?(UltraSharp|NMKD|foolhardy|Remacri)|ESRGAN_4x|BSRGAN)[_.]/i, family: 'esrgan-x4' },
   { folder: 'clip_vision', stem: /^clip_vision_h\.safetensors$/, family: 'clip-vision-h' },
+  { folder: 'clip_vision', stem: /^clip_vision_g\.safetensors$/, family: 'clip-vision-g' },
   { folder: 'clip_vision', stem: /^sigclip_vision_patch14_384\.safetensors$/, family: 'siglip-384' },
   { folder: 'style_models', stem: /^flux1-redux-dev\.safetensors$/, family: 'flux1-redux' },
   // FLUX.2: dev (its Mistral Small encoder, whose Tekken tokenizer the synthetic file carries too, and its turbo

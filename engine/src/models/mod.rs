@@ -513,6 +513,17 @@ impl Cond {
     }
 }
 
+/// One `unCLIPConditioning`: a CLIP vision output's image embeddings with their strength and noise augmentation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unclip {
+    /// `image_embeds` `[B, projection]` (one row per image).
+    pub image_embeds: Tensor,
+    /// How strongly they count.
+    pub strength: f64,
+    /// How far they are noised (0 to 1).
+    pub noise_augmentation: f64,
+}
+
 /// The keys of ComfyUI's conditioning dict that nodes set beside the embeddings. A family's model reads
 /// those it has inputs for and ignores the others, as ComfyUI's `extra_conds` does (Z-Image reads none).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -579,6 +590,9 @@ pub struct CondExtras {
     /// Kandinsky 5's encoded start frames (`Kandinsky5ImageToVideo`'s `time_dim_replace`), VAE space, `[1, 16, F, h,
     /// w]`: they replace the first frames of the video model's input.
     pub time_dim_replace: Option<Tensor>,
+    /// `unCLIPConditioning`'s images, appended in order (ComfyUI's `unclip_conditioning`): SDXL's pooled vector is
+    /// made from them.
+    pub unclip: Vec<Unclip>,
     /// HunyuanVideo 1.5's ByT5 states of the prompt's quoted passages (`conditioning_byt5small`, `[1, M, D]`),
     /// which its text encoder sets beside Qwen2.5-VL's states.
     pub byt5: Option<Tensor>,
@@ -646,6 +660,7 @@ impl CondExtras {
             + self.llama.as_ref().map_or(0, Tensor::byte_size)
             + self.byt5.as_ref().map_or(0, Tensor::byte_size)
             + self.time_dim_replace.as_ref().map_or(0, Tensor::byte_size)
+            + self.unclip.iter().map(|u| u.image_embeds.byte_size()).sum::<usize>()
             + self.t5_tokens.as_ref().map_or(0, |t| std::mem::size_of_val(t.as_slice()))
             + self.region.byte_size()
             + self.animate_pose.as_ref().map_or(0, |p| {

@@ -257,8 +257,8 @@ impl Sampler {
     /// Whether Kiln runs this sampler on a model with discrete-time sampling (Lotus): those whose ComfyUI code has
     /// no `CONST` branch (it reads only sigmas and x̂₀, or the model's own noise scaling). The others Kiln has
     /// in their flow form only: the ancestral samplers ComfyUI switches to their `_RF` form for flow models, and
-    /// those that read a flow model's half-log-SNR (the SDE, SEEDS, ER-SDE, SA-Solver and exponential-Heun
-    /// samplers, `euler_cfg_pp` and `euler_ancestral_cfg_pp`).
+    /// those that read a flow model's half-log-SNR (the SEEDS, ER-SDE, SA-Solver and exponential-Heun samplers,
+    /// `euler_cfg_pp` and `euler_ancestral_cfg_pp`); the DPM-Solver++ SDE samplers take either's half-log-SNR.
     pub fn runs_discrete_models(self) -> bool {
         matches!(
             self,
@@ -288,6 +288,14 @@ impl Sampler {
                 | Sampler::GradientEstimationCfgPp
                 | Sampler::UniPc
                 | Sampler::UniPcBh2
+                | Sampler::DpmppSde
+                | Sampler::DpmppSdeGpu
+                | Sampler::Dpmpp2mSde
+                | Sampler::Dpmpp2mSdeGpu
+                | Sampler::Dpmpp2mSdeHeun
+                | Sampler::Dpmpp2mSdeHeunGpu
+                | Sampler::Dpmpp3mSde
+                | Sampler::Dpmpp3mSdeGpu
         )
     }
 
@@ -522,6 +530,10 @@ pub fn sample_with(
         return Err(refuse_discrete(sampler));
     }
     let flow = || ms.flow().ok_or_else(|| refuse_discrete(sampler));
+    let snr = match ms.flow() {
+        Some(flow) => sde::Snr::Flow(flow),
+        None => sde::Snr::Discrete,
+    };
     let mut run = Run { denoiser, on_step, total: sigmas.len() - 1 };
     let noise = || TorchGenerator::new(seed.wrapping_add(1));
     match sampler {
@@ -562,16 +574,16 @@ pub fn sample_with(
         Sampler::Dpmpp2m => dpmpp_2m(&mut run, x, sigmas),
         Sampler::Dpmpp2mCfgPp => cfg_pp::dpmpp_2m(&mut run, x, sigmas),
         Sampler::DpmppSde | Sampler::DpmppSdeGpu => {
-            sde::dpmpp_sde(&mut run, flow()?, x, sigmas, seed, &set)
+            sde::dpmpp_sde(&mut run, snr, x, sigmas, seed, &set)
         }
         Sampler::Dpmpp2mSde | Sampler::Dpmpp2mSdeGpu => {
-            sde::dpmpp_2m_sde(&mut run, flow()?, x, sigmas, (seed, &set), SolverType::Midpoint)
+            sde::dpmpp_2m_sde(&mut run, snr, x, sigmas, (seed, &set), SolverType::Midpoint)
         }
         Sampler::Dpmpp2mSdeHeun | Sampler::Dpmpp2mSdeHeunGpu => {
-            sde::dpmpp_2m_sde(&mut run, flow()?, x, sigmas, (seed, &set), SolverType::Heun)
+            sde::dpmpp_2m_sde(&mut run, snr, x, sigmas, (seed, &set), SolverType::Heun)
         }
         Sampler::Dpmpp3mSde | Sampler::Dpmpp3mSdeGpu => {
-            sde::dpmpp_3m_sde(&mut run, flow()?, x, sigmas, seed, &set)
+            sde::dpmpp_3m_sde(&mut run, snr, x, sigmas, seed, &set)
         }
         Sampler::Ddpm => ddpm(&mut run, x, sigmas, &mut noise()),
         Sampler::Lcm => lcm(&mut run, ms, x, sigmas, &set, &mut noise()),

@@ -1,23 +1,60 @@
 //! The DPM-Solver++ SDE samplers (`dpmpp_sde`, `dpmpp_2m_sde`, `dpmpp_2m_sde_heun`, `dpmpp_3m_sde` and their
-//! `_gpu` twins, which differ only in where the tree lives), as `comfy/k_diffusion/sampling.py` runs them for a
-//! flow (`CONST`) model at the settings' η, s_noise and r (KSampler's: 1, 1, ½): in the half-log-SNR λ = −logit(σ), a first sigma of 1 moved to
-//! `percent_to_sigma(1e-4)`, with noise from torchsde's Brownian tree over the schedule's sigmas
-//! ([`crate::brownian::BrownianNoise`], seeded with the sampler's seed).
+//! `_gpu` twins, which differ only in where the tree lives), as `comfy/k_diffusion/sampling.py` runs them at the
+//! settings' η, s_noise and r (KSampler's: 1, 1, ½) in the half-log-SNR ([`Snr`]): for a flow (`CONST`) model
+//! λ = −logit(σ) with a first sigma of 1 moved to `percent_to_sigma(1e-4)`, for a discrete-time one λ = −ln σ;
+//! with noise from torchsde's Brownian tree over the schedule's sigmas ([`crate::brownian::BrownianNoise`], seeded
+//! with the sampler's seed).
 
 use super::FlowSampling;
 use super::cfg_pp::ancestral_step;
-use super::flow::{half_log_snr as lambda_of, sigma_of_half_log_snr as sigma_of};
+use super::flow;
 use super::samplers::{Run, SamplerSettings};
 use crate::Result;
 use crate::brownian::BrownianNoise;
 
+/// How the samplers turn a model's σ into the half-log-SNR λ = log(α/σ) and back (ComfyUI's
+/// `sigma_to_half_log_snr`, `half_log_snr_to_sigma`, `offset_first_sigma_for_snr`).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Snr<'a> {
+    /// A flow (`CONST`) model: λ = −logit(σ); a first sigma of 1 or more moved just below it.
+    Flow(&'a FlowSampling),
+    /// A discrete-time (ε or v) model: λ = −ln σ.
+    Discrete,
+}
+
+impl Snr<'_> {
+    /// λ of `sigma`, in f32 as torch computes it.
+    fn lambda(self, sigma: f32) -> f32 {
+        match self {
+            Snr::Flow(_) => flow::half_log_snr(sigma),
+            Snr::Discrete => -sigma.ln(),
+        }
+    }
+
+    /// σ of `lambda`, in f32 as torch computes it.
+    fn sigma(self, lambda: f32) -> f32 {
+        match self {
+            Snr::Flow(_) => flow::sigma_of_half_log_snr(lambda),
+            Snr::Discrete => (-lambda).exp(),
+        }
+    }
+
+    /// The sigmas the sampler steps through.
+    fn offset_first_sigma(self, sigmas: &[f32]) -> Vec<f32> {
+        match self {
+            Snr::Flow(ms) => ms.offset_first_sigma(sigmas),
+            Snr::Discrete => sigmas.to_vec(),
+        }
+    }
+}
+
 /// The Brownian noise for `sigmas` (the schedule as given, before the first sigma is moved) and the sigmas
 /// the sampler steps through.
-fn setup(ms: &FlowSampling, sigmas: &[f32], seed: u64, size: usize) -> (BrownianNoise, Vec<f32>) {
+fn setup(snr: Snr<'_>, sigmas: &[f32], seed: u64, size: usize) -> (BrownianNoise, Vec<f32>) {
     let sigma_min = sigmas.iter().copied().filter(|&s| s > 0.0).fold(f32::INFINITY, f32::min);
     let sigma_max = sigmas.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let noise = BrownianNoise::new(sigma_min, sigma_max, seed, size);
-    (noise, ms.offset_first_sigma(sigmas))
+    (noise, snr.offset_first_sigma(sigmas))
 }
 
 /// `x + n · f₀ · f₁ · …` (the noise times 0-dim factors in order, rounded as torch's separate products are).
@@ -33,13 +70,13 @@ fn noisy(set: &SamplerSettings) -> bool {
 /// `sample_dpmpp_sde`: a model call at λ_s + r·h, both halves ancestral.
 pub(super) fn dpmpp_sde(
     run: &mut Run<'_>,
-    ms: &FlowSampling,
+    snr: Snr<'_>,
     mut x: Vec<f32>,
     sigmas: &[f32],
     seed: u64,
     set: &SamplerSettings,
 ) -> Result<Vec<f32>> {
-    let (mut noise, sigmas) = setup(ms, sigmas, seed, x.len());
+    let (mut noise, sigmas) = setup(snr, sigmas, seed, x.len());
     let (r, eta, s_noise) = (set.r as f32, set.eta, set.s_noise);
     // Python's 1 / (2r) in f64, each use rounded to f32.
     let fac = 1.0 / (2.0 * set.r);
@@ -51,10 +88,10 @@ pub(super) fn dpmpp_sde(
             x = denoised;
             continue;
         }
-        let (lambda_s, lambda_t) = (lambda_of(sigma), lambda_of(next));
+        let (lambda_s, lambda_t) = (snr.lambda(sigma), snr.lambda(next));
         let h = lambda_t - lambda_s;
         let lambda_s_1 = lambda_s + r * h;
-        let sigma_s_1 = sigma_of(lambda_s_1);
+        let sigma_s_1 = snr.sigma(lambda_s_1);
         let alpha_s = sigma * lambda_s.exp();
         let alpha_s_1 = sigma_s_1 * lambda_s_1.exp();
         let alpha_t = next * lambda_t.exp();
@@ -96,12 +133,13 @@ impl Multistep {
     /// The step from `sigma` to `next` (> 0) at `eta`, and x moved by its first-order update
     /// `σ_next/σ · e^(−hη) · x + α_t · (1 − e^(−h(η+1))) · x̂₀`.
     fn first_order(
+        snr: Snr<'_>,
         x: &[f32],
         denoised: &[f32],
         (sigma, next): (f32, f32),
         eta: f32,
     ) -> (Vec<f32>, Multistep) {
-        let (lambda_s, lambda_t) = (lambda_of(sigma), lambda_of(next));
+        let (lambda_s, lambda_t) = (snr.lambda(sigma), snr.lambda(next));
         let h = lambda_t - lambda_s;
         let h_eta = h * (eta + 1.0);
         let alpha_t = next * lambda_t.exp();
@@ -140,13 +178,13 @@ pub(super) enum SolverType {
 /// `sample_dpmpp_2m_sde` with `solver`.
 pub(super) fn dpmpp_2m_sde(
     run: &mut Run<'_>,
-    ms: &FlowSampling,
+    snr: Snr<'_>,
     mut x: Vec<f32>,
     sigmas: &[f32],
     (seed, set): (u64, &SamplerSettings),
     solver: SolverType,
 ) -> Result<Vec<f32>> {
-    let (mut noise, sigmas) = setup(ms, sigmas, seed, x.len());
+    let (mut noise, sigmas) = setup(snr, sigmas, seed, x.len());
     let mut old: Option<Vec<f32>> = None;
     let (mut h, mut h_last) = (0.0f32, 0.0f32);
     for i in 0..sigmas.len() - 1 {
@@ -155,7 +193,7 @@ pub(super) fn dpmpp_2m_sde(
         if next == 0.0 {
             x.clone_from(&denoised);
         } else {
-            let (moved, step) = Multistep::first_order(&x, &denoised, (sigma, next), set.eta);
+            let (moved, step) = Multistep::first_order(snr, &x, &denoised, (sigma, next), set.eta);
             x = moved;
             let Multistep { h_eta, alpha_t, .. } = step;
             h = step.h;
@@ -179,13 +217,13 @@ pub(super) fn dpmpp_2m_sde(
 /// `sample_dpmpp_3m_sde`: third order from the third step, second order on the second.
 pub(super) fn dpmpp_3m_sde(
     run: &mut Run<'_>,
-    ms: &FlowSampling,
+    snr: Snr<'_>,
     mut x: Vec<f32>,
     sigmas: &[f32],
     seed: u64,
     set: &SamplerSettings,
 ) -> Result<Vec<f32>> {
-    let (mut noise, sigmas) = setup(ms, sigmas, seed, x.len());
+    let (mut noise, sigmas) = setup(snr, sigmas, seed, x.len());
     let (mut denoised_1, mut denoised_2): (Option<Vec<f32>>, Option<Vec<f32>>) = (None, None);
     let (mut h, mut h_1, mut h_2): (Option<f32>, Option<f32>, Option<f32>) = (None, None, None);
     for i in 0..sigmas.len() - 1 {
@@ -194,7 +232,8 @@ pub(super) fn dpmpp_3m_sde(
         if next == 0.0 {
             x.clone_from(&denoised);
         } else {
-            let (moved, multistep) = Multistep::first_order(&x, &denoised, (sigma, next), set.eta);
+            let (moved, multistep) =
+                Multistep::first_order(snr, &x, &denoised, (sigma, next), set.eta);
             x = moved;
             let Multistep { h: step, h_eta, alpha_t } = multistep;
             h = Some(step);

@@ -343,6 +343,8 @@ impl WanFile {
 pub enum ClipVisionFile {
     /// OpenCLIP ViT-H/14 (`clip_vision_h`, `clip-vision-h`).
     H,
+    /// OpenCLIP ViT-bigG/14 (`clip_vision_g`, `clip-vision-g`: SDXL's unCLIP "revision" images).
+    G,
     /// SigLIP so400m patch14 384 (`sigclip_vision_patch14_384`, `siglip-384`).
     Siglip384,
 }
@@ -352,6 +354,7 @@ impl ClipVisionFile {
     pub fn config(self, set: &ZImageTurboSet) -> clip_vision::Config {
         match self {
             ClipVisionFile::H => set.clip_vision_h,
+            ClipVisionFile::G => set.clip_vision_g,
             ClipVisionFile::Siglip384 => set.siglip,
         }
     }
@@ -512,7 +515,10 @@ impl SynthFamily {
             .map(SynthFamily::Flux),
         );
         all.extend([Flux2File::Klein9b, Flux2File::Dev].map(SynthFamily::Flux2));
-        all.extend([ClipVisionFile::H, ClipVisionFile::Siglip384].map(SynthFamily::ClipVision));
+        all.extend(
+            [ClipVisionFile::H, ClipVisionFile::G, ClipVisionFile::Siglip384]
+                .map(SynthFamily::ClipVision),
+        );
         all.push(SynthFamily::LongCatTextEncoder);
         all.push(SynthFamily::OmniGen2TextEncoder);
         all.push(SynthFamily::TextEncoder(TextEncoderFamily::Anima));
@@ -562,6 +568,7 @@ impl SynthFamily {
             SynthFamily::Flux2(Flux2File::Klein9b) => "flux2-klein-9b",
             SynthFamily::Flux2(Flux2File::Dev) => "flux2-dev",
             SynthFamily::ClipVision(ClipVisionFile::H) => "clip-vision-h",
+            SynthFamily::ClipVision(ClipVisionFile::G) => "clip-vision-g",
             SynthFamily::ClipVision(ClipVisionFile::Siglip384) => "siglip-384",
             SynthFamily::LongCatTextEncoder => "qwen25vl-longcat",
             SynthFamily::OmniGen2TextEncoder => "qwen25vl-3b",
@@ -790,6 +797,9 @@ pub struct ZImageTurboSet {
     pub umt5: t5::Config,
     /// OpenCLIP ViT-H/14's vision tower (`--family clip-vision-h`).
     pub clip_vision_h: clip_vision::Config,
+    /// OpenCLIP ViT-bigG/14's vision tower (`--family clip-vision-g`; its projection should be CLIP-G's pooled
+    /// width, which SDXL's unCLIP images stand in for).
+    pub clip_vision_g: clip_vision::Config,
     /// SigLIP so400m's vision tower (`--family siglip-384`; its width should be `redux.input`).
     pub siglip: clip_vision::Config,
     /// FLUX.1 Redux (`--family flux1-redux`; its `output` should be the FLUX.1 DiT's `text_dim`).
@@ -980,6 +990,7 @@ impl ZImageTurboSet {
             umt5: t5::Config { vocab: t5::UMT5_VOCAB, ..t5_config(4096, 24, 64, 64, 10240) },
             byt5: t5::Config { vocab: BYT5_VOCAB, ..t5_config(1472, 12, 6, 64, 3584) },
             clip_vision_h: vision_config(clip_vision::Variant::H, 1280, 32, 5120, 224, Some(1024)),
+            clip_vision_g: vision_config(clip_vision::Variant::G, 1664, 48, 8192, 224, Some(1280)),
             siglip: vision_config(clip_vision::Variant::Siglip, 1152, 27, 4304, 384, None),
             redux: clip_vision::ReduxConfig { input: 1152, hidden: 3 * 4096, output: 4096 },
             uso: flux::UsoConfig {
@@ -1281,6 +1292,8 @@ impl ZImageTurboSet {
             byt5: t5::Config { vocab: BYT5_VOCAB, ..t5_config(32, 2, 2, 16, 64) },
             // 16 heads of 4 (every released tower has 16), 2 × 2 patches of 14.
             clip_vision_h: vision_config(clip_vision::Variant::H, 64, 2, 128, 28, Some(32)),
+            // ViT-bigG is told by its 48 layers; its projection is the tiny CLIP-G's pooled width.
+            clip_vision_g: vision_config(clip_vision::Variant::G, 64, 48, 128, 28, Some(64)),
             // 20 layers: USO reads SigLIP's hidden states 20 and 11 from the end.
             siglip: vision_config(clip_vision::Variant::Siglip, 64, 20, 128, 28, None),
             // SigLIP's tiny width in, the tiny FLUX.1 DiT's text width out.

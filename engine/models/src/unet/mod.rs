@@ -21,6 +21,7 @@ mod blocks;
 mod config;
 pub mod family;
 pub mod sdxl;
+pub mod unclip;
 
 pub use sdxl::{AdmSize, UnetKind};
 

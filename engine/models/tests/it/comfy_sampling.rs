@@ -488,3 +488,38 @@ fn sampler_nodes_settings_give_comfyuis_latents() {
         assert_eq!(toy.calls as u64, case["model_calls"].as_u64().expect("calls"), "{key}: calls");
     }
 }
+
+/// The DPM-Solver++ SDE samplers on a discrete-time ε model (`scripts/reference/discrete_sde.py`: ComfyUI's
+/// `ModelSamplingDiscrete` at SD's schedule, the same toy guider and seed): λ = −ln σ, no first sigma moved,
+/// the Brownian tree over the schedule's sigmas.
+#[test]
+fn sde_samplers_on_a_discrete_model_give_comfyuis_latents() {
+    use kiln_models::sampling::{DiscreteSampling, Prediction};
+    let t = read_tensors("comfy_sampling/discrete_sde.safetensors");
+    let text = std::fs::read_to_string(fixture("comfy_sampling/discrete_sde.json")).expect("json");
+    let cases: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let seed = cases["seed"].as_u64().expect("seed");
+    let noise = &t["noise"].1;
+    let ms = ModelSampling::from(DiscreteSampling::new(Prediction::Eps));
+    let mut checked = 0;
+    for case in cases["runs"].as_array().expect("runs") {
+        let key = case["key"].as_str().expect("key");
+        let sampler = Sampler::from_name(case["sampler"].as_str().expect("sampler")).expect(key);
+        assert!(sampler.runs_discrete_models(), "{key}");
+        let scheduler =
+            Scheduler::from_name(case["scheduler"].as_str().expect("scheduler")).expect(key);
+        let steps = case["steps"].as_u64().expect("steps") as usize;
+        let mut sigmas = t[&format!("sigmas/{key}")].1.clone();
+        assert_close(&format!("{key}: sigmas"), &scheduler.sigmas(&ms, steps), &sigmas, 1e-6);
+        let zeros = vec![0.0; noise.len()];
+        let x = ms.noise_scaling(&sigmas, noise, &zeros);
+        let mut toy = Toy { calls: 0 };
+        let out = sample(sampler, &ms, &mut toy, x, &mut sigmas, seed, &mut |_| Ok(()))
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+        let out = ms.inverse_noise_scaling(sigmas[sigmas.len() - 1], &out);
+        assert_close(key, &out, &t[&format!("run/{key}")].1, 1e-4);
+        assert_eq!(toy.calls as u64, case["model_calls"].as_u64().expect("calls"), "{key}: calls");
+        checked += 1;
+    }
+    assert_eq!(checked, 8 * 2 * 4);
+}

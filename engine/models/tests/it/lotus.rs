@@ -239,7 +239,7 @@ fn flow_only_samplers_refuse_discrete_models() {
     }
     let mut sigmas = vec![999.0, 0.0];
     let err = kiln_models::sampling::sample(
-        Sampler::Dpmpp2mSde,
+        Sampler::ErSde,
         &ms,
         &mut Echo,
         vec![1.0],
@@ -248,7 +248,9 @@ fn flow_only_samplers_refuse_discrete_models() {
         &mut |_| Ok(()),
     )
     .expect_err("refused");
-    assert!(err.to_string().contains("dpmpp_2m_sde") && err.to_string().contains("euler"), "{err}");
+    assert!(err.to_string().contains("er_sde") && err.to_string().contains("euler"), "{err}");
+    // The DPM-Solver++ SDE samplers take a discrete model's half-log-SNR (−ln σ) and run it.
+    assert!(err.to_string().contains("dpmpp_2m_sde"), "listed among those that run it: {err}");
     let out = kiln_models::sampling::sample(
         Sampler::Euler,
         &ms,

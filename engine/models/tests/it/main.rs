@@ -60,6 +60,7 @@ mod spiece_bpe;
 mod synth;
 mod t5;
 mod umt5;
+mod unclip;
 mod wan;
 mod wan_vae;
 mod wan_vae_video;

@@ -599,6 +599,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "flux2-klein-9b",
             "flux2-dev",
             "clip-vision-h",
+            "clip-vision-g",
             "siglip-384",
             "qwen25vl-longcat",
             "qwen25vl-3b",

@@ -70,6 +70,7 @@ mod strings;
 mod text;
 mod textgen;
 mod tiled;
+mod unclip;
 mod upscale;
 mod vae;
 mod video;
@@ -225,6 +226,7 @@ pub fn builtin_registry(roots: &Roots, models: ModelEnv) -> Registry {
     registry.register(boogu::TextEncodeBooguEdit::new(compute.clone()));
     registry.register(joyimage::TextEncodeJoyImageEdit::new(compute.clone()));
     registry.register(chroma_radiance::options_node());
+    registry.register(unclip::unclip_conditioning_node());
     registry.register(wan::WanImageToVideo::start(compute.clone()));
     registry.register(wan::WanImageToVideo::first_last(compute.clone()));
     registry.register(wan::WanImageToVideo::fun_inpaint(compute.clone()));

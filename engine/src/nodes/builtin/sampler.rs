@@ -1920,7 +1920,7 @@ pub(super) fn sample(
     .into_iter()
     .filter_map(|(side, negative)| side.map(|side| (side, negative)))
     .collect();
-    super::sdxl_adm::prepare(model, &mut typed, &shape)?;
+    super::sdxl_adm::prepare(model, &mut typed, &shape, job.noise.seed())?;
     // Anima's prompts through its LLM adapter (ComfyUI's `extra_conds`).
     super::anima_text::prepare(compute, model, &mut typed)?;
     let dual =
