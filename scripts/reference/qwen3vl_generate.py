@@ -40,6 +40,14 @@ comfy/text_encoders/qwen3vl.py, llama.py comfy/text_encoders/llama.py, qvl.py qw
   arange, then the cache length). Logits: BaseQwen3.logits, the final-normed last position times the token
   table; greedy = torch.argmax (the first index of the maximum). Stops after a stop token or max_length tokens.
 
+- JoyImage (CLIPLoader type `joyimage` on the same file, detect_te_model's QWEN3VL_8B as it stands): joyimage.py's
+  _JoyImageClipModel has no generate of its own, so TextGenerate runs sd1.py SDClipModel.generate: process_tokens
+  (the image tokens spliced in by Qwen3VL8B_JoyImage.preprocess_embed: bicubic, min_pixels 65536, max_pixels
+  16777216) and BaseGenerate.generate with no position ids and no DeepStack (1-D arange positions, the image
+  tokens inline as text would be). Its tokenizer always tokenizes as thinking (no <think> block), JoyImage's
+  template. Asserted from the recorded forward calls. Its Qwen3-VL 8B config has an untied head (lm_head), which the
+  tiny file lacks: the script sets it to the tiled token table (what Kiln's head is for a file without one).
+
 Tiny model (the file's, see qwen3vl_te_images.py; released values in brackets): the language model hidden 16
 [2560], intermediate 32, 36 layers [36], 2 heads [32] of head_dim 128 over 1 kv head [8], theta 5e6, M-RoPE [24,
 20, 20] interleaved, tied head; the tower hidden 128 [1024] in 16 heads, intermediate 32, depth 2 [24], DeepStack
@@ -52,6 +60,8 @@ Writes engine/models/tests/fixtures/qwen3vl_generate/:
   process_qwen2vl_images' resized copy of image j (before the normalisation); `<case>.logits` f32 [steps, 1000]:
   row s = the logits of step s (row 0 the prefill's last position, row 1 the second step), entries 0..999 of the
   151936 (the rest repeat them); `<case>.position_ids` f32 [3, n]: the prefill's M-RoPE table (image cases).
+- `joy.<case>.logits`: the same for the JoyImage cases (`joy_cases` in cases.json; the resized copies are not
+  stored, their grids are: the logits check the vision path).
 - cases.json: per case the widget values, the images, the prompt ids ComfyUI built (151655 where an image sits,
   `image_positions` its indices), the number of positions after splicing, the grids, the decode position ids, the
   generated ids, the decoded text, per-step top-1 / top-2 margins and their minimum; tokenizer-only cases.
@@ -110,7 +120,18 @@ TOKEN_CASES = {
     "empty.thinking": ("", None, True, True),
     "im_start_prompt": ("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", None, False, True),
     "two.thinking": ("Compare the two images.", "P", True, True),
+    # The template off and nothing written: min_length=1 pads one <|endoftext|>.
+    "empty.raw": ("", None, False, False),
 }
+# JoyImage's encoder (CLIPLoader type `joyimage` on the same file, which ComfyUI calls Qwen3-VL 8B as it stands):
+# TextGenerate through SDClipModel.generate, the image tokens inline (no M-RoPE grid, no DeepStack).
+JOY_CASES = {
+    "joy.text": dict(prompt="Describe a red fox in one sentence.", image=None),
+    "joy.one": dict(prompt="Describe this image.", image="A"),
+    "joy.two": dict(prompt="Compare the two images.", image="P"),
+}
+JOY_VISION = dict(min_pixels=65536, max_pixels=16777216, patch_size=16, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                  interpolation="bicubic")
 
 
 def ids_of(tokens):
@@ -181,14 +202,14 @@ class Spy:
         return False
 
 
-def uncached(q, tokens, generated, steps):
+def uncached(q, tokens, generated, steps, grid=True):
     """ComfyUI's own Llama2_ without the cache: for each step the prompt plus the tokens so far, the prefill's
-    positions followed by the decode positions (as [3, n] rows T = H = W), DeepStack at the image positions; the
-    last position's logits."""
+    positions followed by the decode positions (as [3, n] rows T = H = W), DeepStack at the image positions (with
+    `grid` False: 1-D positions and no DeepStack, as SDClipModel.generate runs); the last position's logits."""
     (key,) = tokens
     toks = [[t[0] for t in tokens[key][0]]]
     embeds, _, _, info = q.process_tokens(toks, "cpu")
-    pos, vis, deep = q.transformer.build_image_inputs(embeds, info)
+    pos, vis, deep = q.transformer.build_image_inputs(embeds, info) if grid else (None, None, None)
     out = []
     for s in range(len(generated)):
         ids = torch.tensor([generated[:s]], dtype=torch.long)
@@ -271,6 +292,64 @@ def hf_check(stored, cases, io):
             worst = max(worst, float((got - want[s]).abs().max() / want[s].abs().max()))
             same &= int(got.argmax()) == gen
         print(f"  transformers {name}: same greedy ids {same}, logits max |diff| / max |ref| {worst:.2e}")
+
+
+def joy_cases(stored, inputs, io):
+    """TextGenerate on JoyImage's encoder, greedy: ids, placed images' grids, generated ids and text,
+    each step's logits; asserts the prefill ran with no position ids and no DeepStack."""
+    import comfy.sd
+    import comfy.text_encoders.joyimage as joy
+    import comfy.text_encoders.qwen_vl as qwen_vl
+    import comfy_extras.nodes_textgen as nt
+    import qwen3vl_te_images as q3
+
+    clip = q3.load(stored, comfy.sd.CLIPType.JOYIMAGE, False)
+    assert isinstance(clip.tokenizer, joy.JoyImageTokenizer) and isinstance(clip.cond_stage_model, joy.JoyImageTEModel)
+    q = clip.cond_stage_model.qwen3vl_8b
+    assert isinstance(q, joy._JoyImageClipModel)
+    tr = q.transformer
+    # Qwen3-VL 8B has an output head of its own (lm_head True); the tiny file has none, so ComfyUI leaves it
+    # unset: it is given the (tiled) token table, the head Kiln uses for a file without one.
+    assert tr.model.config.lm_head
+    with torch.no_grad():
+        tr.model.lm_head.weight.copy_(tr.model.embed_tokens.weight)
+    cases = {}
+    for name, case in JOY_CASES.items():
+        node = Node(clip)
+        image = inputs[case["image"]] if case["image"] else None
+        with Spy(tr) as spy:
+            out = nt.TextGenerate.execute(node, case["prompt"], MAX_LENGTH, dict(GREEDY), image=image)
+        _, kw, tokens = node.calls["tokenize"]
+        _, generated = node.calls["generate"]
+        ids, where = ids_of(tokens)
+        assert generated == [int(lg.argmax()) for lg in spy.logits] and len(generated) == MAX_LENGTH
+        ms = margins(spy.logits)
+        assert min(ms) >= MIN_MARGIN, (name, ms)
+        (key,) = tokens
+        grids = []
+        for i in where:
+            data = tokens[key][0][i][0]["data"]
+            _, grid = qwen_vl.process_qwen2vl_images(data, **JOY_VISION)
+            grid = [int(v) for v in grid[0]]
+            grids.append(grid)
+        n_pos = len(ids) + sum(gr[1] * gr[2] // 4 - 1 for gr in grids)
+        assert spy.steps[0]["seq"] == n_pos
+        assert all(s["position_ids"] is None and not s["deepstack"] for s in spy.steps), name
+        io[f"{name}.logits"] = torch.stack([lg[:ROWS] for lg in spy.logits]).contiguous()
+        again = uncached(q, tokens, generated, spy.steps, grid=False)
+        worst = max(float((a - b[:VOCAB]).abs().max() / b.abs().max()) for a, b in zip(again, spy.logits))
+        assert [int(a.argmax()) for a in again] == generated, name
+        assert worst < 1e-4, (name, worst)
+        cases[name] = {"widgets": {"prompt": case["prompt"], "max_length": MAX_LENGTH, "sampling_mode": "off",
+                                   "thinking": False, "use_default_template": True},
+                       "image": case["image"], "image_batch": 0 if image is None else int(image.shape[0]),
+                       "ids": ids, "image_positions": where, "grids": grids, "positions": n_pos,
+                       "prefill_position_ids": "none: 1-D 0..n-1, no DeepStack", "generated": generated,
+                       "text": out.result[0], "margins": ms, "min_margin": min(ms), "uncached_max_rel_diff": worst,
+                       "tokenizer_text": clip.tokenizer.qwen3vl_8b.tokenizer.decode(ids)}
+        print(f"{name}: {len(ids)} ids ({n_pos} positions, grids {grids}), generated {generated} = "
+              f"{out.result[0]!r}, min margin {min(ms):.4f}, cache-free rel diff {worst:.1e}")
+    return cases
 
 
 def main():
@@ -384,6 +463,8 @@ def main():
                                  "ids": ids, "image_positions": where}
             print(f"tokens {name}: {ids}")
 
+        joy = joy_cases(stored, inputs, io)
+
     with torch.no_grad():
         hf_check(stored, cases, io)
     # The text ComfyUI's tokenizer built, for reading (the ids are what counts).
@@ -412,6 +493,9 @@ def main():
                            "argmax": "torch.argmax over all 151936: the first index of the maximum",
                            "logits_storage": "<case>.logits [steps, 1000]: logits[k] == logits[k % 1000] exactly"},
             "cases": cases, "token_cases": token_cases,
+            "joy_loader": "CLIPLoader type joyimage (detect_te_model's QWEN3VL_8B as it stands): joyimage.te / "
+                          "JoyImageTokenizer; TextGenerate through SDClipModel.generate",
+            "joy_vision": JOY_VISION, "joy_cases": joy,
         }, f, indent=None, ensure_ascii=False)
         f.write("\n")
     total = 0

@@ -63,8 +63,9 @@ pub enum Noise {
     /// torch's CPU `randn` for the latent's shape from this seed (`RandomNoise`); the seed also drives the
     /// samplers' per-step noise.
     Random(u64),
-    /// Zeros (`DisableNoise`): the latent is taken as already noisy; per-step noise uses seed 0.
-    Disabled,
+    /// Zeros: the latent is taken as already noisy. The seed still drives the samplers' per-step noise:
+    /// `DisableNoise` carries 0, `KSamplerAdvanced` and `SamplerCustom` with noise off carry their seed input.
+    Disabled(u64),
 }
 
 impl Noise {
@@ -72,7 +73,7 @@ impl Noise {
     pub fn seed(self) -> u64 {
         match self {
             Noise::Random(seed) => seed,
-            Noise::Disabled => 0,
+            Noise::Disabled(seed) => seed,
         }
     }
 }

@@ -438,6 +438,35 @@ fn issue_21_custom_sampling_nodes_give_ksamplers_image_bit_for_bit() {
 }
 
 #[test]
+fn noise_turned_off_still_seeds_the_per_step_noise_as_comfyui_does() {
+    // ComfyUI's KSamplerAdvanced (add_noise disable) and SamplerCustom (add_noise false) start from zeros but
+    // pass their seed on to the sampler; only DisableNoise carries seed 0. An ancestral sampler shows it.
+    let mut h = harness(SynthDtype::Bf16);
+    let advanced = |seed: u64| {
+        graph(
+            json!({"class_type": "KSamplerAdvanced", "inputs": {"add_noise": "disable", "noise_seed": seed, "steps": 3, "cfg": 1, "sampler_name": "euler_ancestral", "scheduler": "simple", "start_at_step": 0, "end_at_step": 10000, "return_with_leftover_noise": "disable", "model": ["69", 0], "positive": ["67", 0], "negative": ["71", 0], "latent_image": ["68", 0]}}),
+        )
+    };
+    let ran = h.run(advanced(11));
+    let eleven = saved(&h, &ran);
+    let ran = h.run(advanced(0));
+    let zero = saved(&h, &ran);
+    assert!(max_diff(&eleven, &zero) > 1, "the seed drives the per-step noise");
+
+    let mut custom = graph(json!(null));
+    custom_sampling(&mut custom, 11, 3, 1.0, "euler_ancestral");
+    let disabled = custom.clone();
+    custom["70"] = json!({"class_type": "SamplerCustom", "inputs": {"model": ["69", 0], "add_noise": false, "noise_seed": 11, "cfg": 1.0, "positive": ["67", 0], "negative": ["71", 0], "sampler": ["75", 0], "sigmas": ["76", 0], "latent_image": ["68", 0]}});
+    let ran = h.run(custom);
+    assert_eq!(max_diff(&saved(&h, &ran), &eleven), 0, "SamplerCustom passes its seed on");
+
+    let mut disabled = disabled;
+    disabled["73"] = json!({"class_type": "DisableNoise", "inputs": {}});
+    let ran = h.run(disabled);
+    assert_eq!(max_diff(&saved(&h, &ran), &zero), 0, "DisableNoise carries seed 0");
+}
+
+#[test]
 fn issue_21_sigma_nodes_and_the_denoised_output_feed_a_sampler() {
     let mut h = harness(SynthDtype::Bf16);
     // ManualSigmas with BasicGuider: the positive alone, three hand-picked noise levels.

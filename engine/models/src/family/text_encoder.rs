@@ -425,8 +425,19 @@ impl TextEncoderDetected {
             {
                 Ok(TextEncoderDetected::Anima(config))
             }
+            TextEncoderDetected::Qwen3Vl(config, ..)
+                if config.hidden == qwen3::family::QWEN3VL_32B_HIDDEN =>
+            {
+                Err(Error::Invalid(
+                    "this is Qwen3-VL 32B, MiniMax H3's conditioning encoder, which Kiln does not run".to_owned(),
+                ))
+            }
+            // A role's type makes a file of the role's size that model's encoder (ComfyUI: Boogu's and JoyImage's
+            // on Qwen3-VL 8B, Krea 2's and Mage-Flow's on 4B); the other released size falls to the generic
+            // encoder below, as in ComfyUI. A file of neither released width (a tiny stand-in) takes the role.
             TextEncoderDetected::Qwen3Vl(config, vision, _)
-                if let Some(role) = Qwen3VlRole::of_clip_type(kind) =>
+                if let Some(role) = Qwen3VlRole::of_clip_type(kind)
+                    && role.fits_width(config.hidden) =>
             {
                 Ok(TextEncoderDetected::Qwen3Vl(config, vision, Some(role)))
             }
@@ -446,8 +457,13 @@ impl TextEncoderDetected {
             TextEncoderDetected::Qwen3Vl(config, vision, _) => {
                 Ok(TextEncoderDetected::Qwen3Vl(config, vision, Some(Qwen3VlRole::Plain)))
             }
-            // A Qwen3 file without a vision tower (the language model alone).
-            TextEncoderDetected::Qwen3(config) if let Some(role) = Qwen3VlRole::of_clip_type(kind) => {
+            // A Qwen3 file without a vision tower (the language model alone) of neither released width takes a
+            // role's type; ComfyUI makes a released Qwen3-4B or 8B Z-Image's or FLUX.2 Klein's encoder whatever
+            // the type (below).
+            TextEncoderDetected::Qwen3(config)
+                if let Some(role) = Qwen3VlRole::of_clip_type(kind)
+                    && !Qwen3VlRole::is_released_width(config.hidden) =>
+            {
                 Ok(TextEncoderDetected::Qwen3Vl(config.as_qwen3vl(), None, Some(role)))
             }
             TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Ovis(config)
@@ -671,6 +687,22 @@ impl Qwen3VlRole {
             JOYIMAGE_CLIP_TYPE => Some(Qwen3VlRole::JoyImage),
             _ => None,
         }
+    }
+
+    /// Whether `hidden` is the width of a released Qwen3 (-VL) 4B or 8B.
+    pub fn is_released_width(hidden: usize) -> bool {
+        matches!(hidden, qwen3::family::QWEN3_4B_HIDDEN | qwen3::family::QWEN3_8B_HIDDEN)
+    }
+
+    /// Whether ComfyUI gives this role to a Qwen3-VL language model `hidden` wide: Boogu and JoyImage to 8B,
+    /// Krea 2 and Mage-Flow to 4B; a width of neither released size (a tiny stand-in) fits every role.
+    pub fn fits_width(self, hidden: usize) -> bool {
+        let released = match self {
+            Qwen3VlRole::Boogu | Qwen3VlRole::JoyImage => qwen3::family::QWEN3_8B_HIDDEN,
+            Qwen3VlRole::Krea2 | Qwen3VlRole::MageFlow => qwen3::family::QWEN3_4B_HIDDEN,
+            Qwen3VlRole::Plain => return true,
+        };
+        hidden == released || !Self::is_released_width(hidden)
     }
 
     /// The text encoder family it makes the file.
@@ -1455,11 +1487,17 @@ impl TextEncoderNet {
             role: role @ (Qwen3VlRole::Plain | Qwen3VlRole::JoyImage),
         } = self
         {
-            let ids = match role {
-                Qwen3VlRole::JoyImage => {
-                    tokenizer.joyimage_prompt(prompt, images.len(), chat.default_template)?
-                }
-                _ => tokenizer.qwen3vl_plain_prompt(prompt, images.len(), chat)?,
+            // ComfyUI's generic encoder generates with the images on their M-RoPE grid and DeepStack;
+            // JoyImage's goes through `SDClipModel.generate`, which takes the image tokens inline.
+            let (ids, layout) = match role {
+                Qwen3VlRole::JoyImage => (
+                    tokenizer.joyimage_prompt(prompt, images.len(), chat.default_template)?,
+                    qwen3::ImageLayout::Inline,
+                ),
+                _ => (
+                    tokenizer.qwen3vl_plain_prompt(prompt, images.len(), chat)?,
+                    qwen3::ImageLayout::Grid,
+                ),
             };
             let images = placed_images(&ids, images);
             let tokens = qwen3vl_image_tokens(b, model, vision.as_ref(), images)?;
@@ -1468,6 +1506,7 @@ impl TextEncoderNet {
                 b,
                 &ids,
                 &tokens,
+                layout,
                 max_new,
                 &qwen3::STOP_TOKENS,
                 pick,

@@ -15,6 +15,11 @@ pub const KLEIN_NAME: &str = "FLUX.2 Klein's Qwen3";
 /// Qwen3-8B's hidden width: ComfyUI makes any Qwen3 of this width FLUX.2 Klein's encoder (its `QWEN3_8B`),
 /// whatever the CLIPLoader type but `ideogram4`.
 pub const QWEN3_8B_HIDDEN: usize = 4096;
+/// Qwen3-4B's (and Qwen3-VL 4B's) hidden width: ComfyUI's `detect_te_model` calls a Qwen3-VL whose vision merger
+/// gives this many features (the language model's width) Qwen3-VL 4B, any other Qwen3-VL 8B.
+pub const QWEN3_4B_HIDDEN: usize = 2560;
+/// Qwen3-VL 32B's hidden width (MiniMax H3's conditioning encoder, which Kiln does not run).
+pub const QWEN3VL_32B_HIDDEN: usize = 5120;
 /// The name `kiln model synth` gives FLUX.2 Klein's encoder: a Qwen3 file deep enough for Klein's taps (not yet
 /// a `--family` of its own: `SynthFamily::all` lists the detected families).
 pub const KLEIN_SYNTH_NAME: &str = "qwen3-klein";

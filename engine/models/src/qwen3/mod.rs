@@ -27,7 +27,7 @@ pub use config::{
     layer_names, load_plan,
 };
 pub(crate) use config::{check_layers, check_shape, count_layers, dims, fixed_head_dims};
-pub use model::{IMAGE_PAD, ImageTokens, Qwen3};
+pub use model::{IMAGE_PAD, ImageLayout, ImageTokens, Qwen3};
 pub use tokenizer::{
     ENDOFTEXT, IMAGE_SLOT, JOYIMAGE_DROP, KLEIN_MIN_LENGTH, LONGCAT_PROMPT_LENGTH,
     OMNIGEN2_PROMPT_LAYOUT, OVIS_MIN_LENGTH, Tokenizer, attended_keys, is_templated,

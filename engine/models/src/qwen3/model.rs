@@ -376,12 +376,11 @@ impl Qwen3 {
         pick: &mut dyn FnMut(Vec<f32>) -> u32,
         on_token: &mut dyn FnMut(usize) -> Result<()>,
     ) -> Result<Vec<u32>> {
-        self.generate_with_images(b, prompt, &[], max_new, stop, pick, on_token)
+        self.generate_with_images(b, prompt, &[], ImageLayout::Grid, max_new, stop, pick, on_token)
     }
 
     /// [`Qwen3::generate`] with `images` in the prompt's first `<|image_pad|>` tokens (Qwen3-VL, Qwen2.5-VL),
-    /// as ComfyUI's `BaseGenerate.generate` with image embeds: the prompt at its M-RoPE positions (see
-    /// [`Qwen3::hidden_state_with_images`]) with Qwen3-VL's DeepStack features added in that first pass, each
+    /// as ComfyUI's `BaseGenerate.generate` with image embeds, the images laid out as `layout` says; each
     /// generated token at the position after the prompt's last (its largest axis), counting up.
     #[allow(clippy::too_many_arguments)]
     pub fn generate_with_images<B: Backend>(
@@ -389,6 +388,7 @@ impl Qwen3 {
         b: &B,
         prompt: &[u32],
         images: &[ImageTokens<B>],
+        layout: ImageLayout,
         max_new: usize,
         stop: &[u32],
         pick: &mut dyn FnMut(Vec<f32>) -> u32,
@@ -399,7 +399,13 @@ impl Qwen3 {
         let cfg = &self.config;
         self.check_ids(prompt)?;
         let pieces = self.pieces(prompt, images)?;
-        let mut positions = Piece::positions(&pieces);
+        let mut positions = match layout {
+            ImageLayout::Grid => Piece::positions(&pieces),
+            ImageLayout::Inline => {
+                let n = pieces.iter().map(Piece::len).sum::<usize>();
+                (0..n).map(|p| [p as f32; 3]).collect()
+            }
+        };
         let next = positions.last().map_or(0.0, |p| p[0].max(p[1]).max(p[2]) + 1.0);
         positions.extend((0..max_new).map(|k| [next + k as f32; 3]));
         let (cos, sin) = rope_tables(b, cfg, &positions)?;
@@ -420,7 +426,10 @@ impl Qwen3 {
             let sin = b.slice(&sin, 0, position, n)?;
             for (i, entry) in cache.iter_mut().enumerate() {
                 x = self.layer(b, i, &x, &cos, &sin, Keys::Cached(entry))?;
-                if first && let Some(features) = deepstack(b, cfg, &pieces, i)? {
+                if first
+                    && layout == ImageLayout::Grid
+                    && let Some(features) = deepstack(b, cfg, &pieces, i)?
+                {
                     x = b.binary(&x, &features, BinaryOp::Add)?;
                 }
             }
@@ -743,6 +752,17 @@ impl<B: Backend> Clone for ImageTokens<B> {
 }
 
 /// A run of the prompt: text tokens, or an image where its `<|image_pad|>` was.
+/// How [`Qwen3::generate_with_images`] lays a prompt's images out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageLayout {
+    /// Each image's tokens at their M-RoPE grid positions (see [`Qwen3::hidden_state_with_images`]), with
+    /// Qwen3-VL's DeepStack features added in the first pass: ComfyUI's generic `Qwen3VLClipModel.generate`.
+    Grid,
+    /// The image tokens at running positions as text would be, no DeepStack features: ComfyUI's
+    /// `SDClipModel.generate`, which JoyImage's encoder generates through.
+    Inline,
+}
+
 enum Piece<'a, B: Backend> {
     Text(&'a [u32]),
     Image(&'a ImageTokens<B>),
@@ -781,6 +801,14 @@ impl<'a, B: Backend> Piece<'a, B> {
         Ok(pieces)
     }
 
+    /// The tokens it puts in the sequence: its ids, or its image's tokens.
+    fn len(&self) -> usize {
+        match self {
+            Piece::Text(ids) => ids.len(),
+            Piece::Image(image) => image.rows * image.cols,
+        }
+    }
+
     /// Where ComfyUI's padding mask from the `attended`-th id starts in the sequence `pieces` make (an image's
     /// tokens in place of its id), with `positions` moved, when `move_masked` says so, as ComfyUI's
     /// `Qwen25_7BVLI` moves the masked tokens that follow an image: to 1 on every axis.
@@ -795,7 +823,7 @@ impl<'a, B: Backend> Piece<'a, B> {
         for piece in pieces {
             let (ids, tokens) = match piece {
                 Piece::Text(ids) => (ids.len(), ids.len()),
-                Piece::Image(image) => (1, image.rows * image.cols),
+                Piece::Image(_) => (1, piece.len()),
             };
             if masked_from.is_none() && id + ids >= attended {
                 // A mask never starts inside an image: its tokens are attended as a whole. (ComfyUI attends to

@@ -174,6 +174,16 @@ impl Tokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
+    /// The ids of a `TextGenerate` prompt taken as written (its template off): weights disabled, and, as
+    /// `TextGenerate` tokenizes with `min_length=1`, one [`ENDOFTEXT`] (the pad) for an empty prompt.
+    fn generate_as_written(&self, prompt: &str) -> Result<Vec<u32>> {
+        let mut ids = self.encode(&unescape_parentheses(prompt))?;
+        if ids.is_empty() {
+            ids.push(ENDOFTEXT);
+        }
+        Ok(ids)
+    }
+
     /// The text of `ids` as ComfyUI's `decode` gives it: the special added tokens (`<|im_end|>`, ...) left
     /// out, the others (`<think>`) written, ids past the vocabulary nothing.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
@@ -294,7 +304,7 @@ impl Tokenizer {
         chat: crate::textgen::ChatOptions,
     ) -> Result<Vec<u32>> {
         if !chat.default_template {
-            return self.encode(&unescape_parentheses(prompt));
+            return self.generate_as_written(prompt);
         }
         let (before, after) = QWEN_IMAGE_TEMPLATE;
         let think = if chat.thinking { "" } else { "<think>\n\n</think>\n\n" };
@@ -346,7 +356,7 @@ impl Tokenizer {
         chat: crate::textgen::ChatOptions,
     ) -> Result<Vec<u32>> {
         if !chat.default_template {
-            return self.encode(&unescape_parentheses(prompt));
+            return self.generate_as_written(prompt);
         }
         let slots = IMAGE_SLOT.repeat(images);
         let think = if chat.thinking { "" } else { "<think>\n\n</think>\n\n" };
@@ -367,7 +377,7 @@ impl Tokenizer {
         default_template: bool,
     ) -> Result<Vec<u32>> {
         if !default_template {
-            return self.encode(&unescape_parentheses(prompt));
+            return self.generate_as_written(prompt);
         }
         let slots = IMAGE_SLOT.repeat(images);
         self.qwen3vl_templated(prompt, |prompt| {

@@ -5,7 +5,8 @@
 //! fed the node's IMAGE inputs and resizes them itself, so what is checked is: each placed image's patch grid and
 //! patches against those of the copy ComfyUI's tokenizer resized; the prompt ids Kiln frames (template, image
 //! slots, the empty `<think>` block, the template off); the generated ids and their decoded text; each step's
-//! logits (the first 1000) within 1e-4; and the tokenizer-only prompts.
+//! logits (the first 1000) within 1e-4; and the tokenizer-only prompts. The same file under type `joyimage`
+//! generates as JoyImage's encoder does in ComfyUI (the images inline, no DeepStack).
 
 use std::sync::Arc;
 
@@ -22,9 +23,9 @@ use crate::common::{Io, assert_close, assert_within, cpu, ids, json, read_tensor
 /// The token table's stored rows: the logits repeat with this period.
 const ROWS: usize = 1000;
 
-/// The fixture file, its 1000-row token table tiled to the vocabulary, as `CLIPLoader` type `ideogram4` loads
-/// it: the generic Qwen3-VL encoder.
-fn encoder() -> (Arc<Cpu>, TextEncoderNet) {
+/// The fixture file, its 1000-row token table tiled to the vocabulary, as `CLIPLoader` type `kind` loads it:
+/// `ideogram4` the generic Qwen3-VL encoder, `joyimage` JoyImage's.
+fn encoder(kind: &str) -> (Arc<Cpu>, TextEncoderNet) {
     let (b, manager) = cpu(512 << 20);
     let file = tiled_table(
         "qwen3vl_te_images/qwen3vl.safetensors",
@@ -34,12 +35,90 @@ fn encoder() -> (Arc<Cpu>, TextEncoderNet) {
     let file = SafetensorsFile::open(&file.0).expect("open");
     let header = Header::new(&file, "");
     let found = TextEncoderDetected::detect(&header).expect("detect").expect("a text encoder");
-    let found = found.for_clip_type("ideogram4").expect("ideogram4");
+    let found = found.for_clip_type(kind).expect(kind);
     assert!(matches!(found, TextEncoderDetected::Qwen3Vl(_, Some(_), Some(_))), "{found:?}");
     let weights = manager.load(&found.load_plan(&header), &mut |_, _| {}).expect("load");
-    let net = found.build_for_clip_type(weights, "ideogram4").expect("build");
-    assert_eq!(net.family(), TextEncoderFamily::Qwen3Vl);
+    let net = found.build_for_clip_type(weights, kind).expect("build");
+    let family =
+        if kind == "joyimage" { TextEncoderFamily::JoyImage } else { TextEncoderFamily::Qwen3Vl };
+    assert_eq!(net.family(), family);
     (b, net)
+}
+
+/// The placed images' tokens for the language model: each through the vision tower.
+fn image_tokens(
+    b: &Cpu,
+    net: &TextEncoderNet,
+    images: &[VisionInput],
+    placed: usize,
+) -> Vec<ImageTokens<Cpu>> {
+    let TextEncoderNet::Qwen3Vl { model, vision: Some(vision), .. } = net else {
+        panic!("not a Qwen3-VL with a tower")
+    };
+    images
+        .iter()
+        .take(placed)
+        .map(|input| {
+            let out = kiln_models::qwen3vl_vision::embed_image(b, &model.weights, vision, input)
+                .expect("embed image");
+            ImageTokens {
+                embeds: out.merged,
+                deepstack: out.deepstack,
+                rows: input.grid_h / 2,
+                cols: input.grid_w / 2,
+            }
+        })
+        .collect()
+}
+
+/// Generates `prompt_ids` with `tokens` laid out as `layout`, greedily, recording each step's logits: checks the
+/// ids against `generated` and the logits (the first 1000) against `io`'s `<name>.logits` within 1e-4; returns
+/// the largest relative error.
+#[allow(clippy::too_many_arguments)]
+fn check_logits(
+    b: &Cpu,
+    net: &TextEncoderNet,
+    name: &str,
+    prompt_ids: &[u32],
+    tokens: &[ImageTokens<Cpu>],
+    layout: qwen3::ImageLayout,
+    generated: &[u32],
+    io: &Io,
+) -> f32 {
+    let TextEncoderNet::Qwen3Vl { model, .. } = net else { panic!("not a Qwen3-VL") };
+    let mut steps: Vec<Vec<f32>> = Vec::new();
+    let mut pick = |logits: Vec<f32>| {
+        let id = argmax(&logits);
+        steps.push(logits);
+        id
+    };
+    let max_new = generated.len();
+    let again = model
+        .generate_with_images(
+            b,
+            prompt_ids,
+            tokens,
+            layout,
+            max_new,
+            &qwen3::STOP_TOKENS,
+            &mut pick,
+            &mut |_| Ok(()),
+        )
+        .expect("generate with images");
+    assert_eq!(again, generated, "{name}: the model's own loop");
+    let (shape, logits) = &io[&format!("{name}.logits")];
+    assert_eq!(shape[..], [max_new, ROWS], "{name}");
+    assert_eq!(steps.len(), max_new, "{name}");
+    let mut worst = 0f32;
+    for (s, (got, want)) in steps.iter().zip(logits.chunks_exact(ROWS)).enumerate() {
+        assert_eq!(got.len(), 151_936, "{name} step {s}");
+        let got = &got[..ROWS];
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let error = got.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs())) / scale;
+        worst = worst.max(error);
+        assert_close(&format!("{name} step {s} logits"), got, want, 1e-4);
+    }
+    worst
 }
 
 /// The node's IMAGE input `name` (`[b, H, W, 3]`) as the images ComfyUI's tokenizer splits it into, each through
@@ -79,10 +158,8 @@ fn argmax(logits: &[f32]) -> u32 {
 /// and text, and each step's logits, against ComfyUI's.
 #[test]
 fn text_generate_with_images_matches_comfyui() {
-    let (b, net) = encoder();
-    let TextEncoderNet::Qwen3Vl { model, tokenizer, vision: Some(vision), .. } = &net else {
-        panic!("not a Qwen3-VL with a tower")
-    };
+    let (b, net) = encoder("ideogram4");
+    let TextEncoderNet::Qwen3Vl { tokenizer, .. } = &net else { panic!("not a Qwen3-VL") };
     let cases = json("qwen3vl_generate/cases.json");
     let io = read_tensors("qwen3vl_generate/io.safetensors");
     let mut worst = 0f32;
@@ -151,69 +228,26 @@ fn text_generate_with_images_matches_comfyui() {
         assert_eq!(text, case["text"].as_str().expect("text"), "{name} text");
 
         // Each step's logits, through the language model with the placed images' tokens.
-        let tokens: Vec<ImageTokens<Cpu>> = images
-            .iter()
-            .take(placed)
-            .map(|input| {
-                let out = kiln_models::qwen3vl_vision::embed_image(
-                    b.as_ref(),
-                    &model.weights,
-                    vision,
-                    input,
-                )
-                .expect("embed image");
-                ImageTokens {
-                    embeds: out.merged,
-                    deepstack: out.deepstack,
-                    rows: input.grid_h / 2,
-                    cols: input.grid_w / 2,
-                }
-            })
-            .collect();
-        let mut steps: Vec<Vec<f32>> = Vec::new();
-        let mut pick = |logits: Vec<f32>| {
-            let id = argmax(&logits);
-            steps.push(logits);
-            id
-        };
-        let again = model
-            .generate_with_images(
-                b.as_ref(),
-                &prompt_ids,
-                &tokens,
-                max_new,
-                &qwen3::STOP_TOKENS,
-                &mut pick,
-                &mut |_| Ok(()),
-            )
-            .expect("generate with images");
-        assert_eq!(again, generated, "{name}: the model's own loop");
-        let (shape, logits) = &io[&format!("{name}.logits")];
-        assert_eq!(shape[..], [max_new, ROWS], "{name}");
-        assert_eq!(steps.len(), max_new, "{name}");
-        for (s, (got, want)) in steps.iter().zip(logits.chunks_exact(ROWS)).enumerate() {
-            assert_eq!(got.len(), 151_936, "{name} step {s}");
-            let got = &got[..ROWS];
-            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let error = got.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs())) / scale;
-            worst = worst.max(error);
-            assert_close(&format!("{name} step {s} logits"), got, want, 1e-4);
-        }
+        let tokens = image_tokens(b.as_ref(), &net, &images, placed);
+        let layout = qwen3::ImageLayout::Grid;
+        let error = check_logits(b.as_ref(), &net, name, &prompt_ids, &tokens, layout, &want, &io);
+        worst = worst.max(error);
         eprintln!("{name}: {} ids, generated {generated:?} = {text:?}", prompt_ids.len());
     }
     eprintln!("qwen3vl generate: max relative logits error {worst:e}");
 }
 
-/// The prompts the node only tokenized: empty with and without thinking, a prompt already templated (kept as
-/// written, no `<think>` block), two images with thinking.
+/// The prompts the node only tokenized: empty with and without thinking, and with the template off (one
+/// `<|endoftext|>`: `min_length=1`), a prompt already templated (kept as written, no `<think>` block), two images
+/// with thinking.
 #[test]
 fn text_generate_token_ids_match_comfyui() {
-    let (_, net) = encoder();
+    let (_, net) = encoder("ideogram4");
     let TextEncoderNet::Qwen3Vl { tokenizer, .. } = &net else { panic!("not a Qwen3-VL") };
     let cases = json("qwen3vl_generate/cases.json");
     let io = read_tensors("qwen3vl_generate/io.safetensors");
     let token_cases = cases["token_cases"].as_object().expect("token cases");
-    assert_eq!(token_cases.len(), 4);
+    assert_eq!(token_cases.len(), 5);
     for (name, case) in token_cases {
         let images = case["image"].as_str().map_or(0, |x| io[&format!("input.{x}")].0[0]);
         let chat = ChatOptions {
@@ -224,4 +258,56 @@ fn text_generate_token_ids_match_comfyui() {
         let got = tokenizer.qwen3vl_plain_prompt(prompt, images, chat).expect("prompt ids");
         assert_eq!(got, ids(&case["ids"]), "{name}");
     }
+}
+
+/// `TextGenerate` on JoyImage's encoder (type `joyimage`): ComfyUI generates through `SDClipModel.generate`, so
+/// the images' tokens sit inline at running positions with no DeepStack, unlike the generic encoder's grid. The
+/// prompt ids, the placed images' grids (bicubic, at least 65536 pixels), the generated ids and text, and each
+/// step's logits against ComfyUI's.
+#[test]
+fn joyimage_text_generate_matches_comfyui() {
+    let (b, net) = encoder("joyimage");
+    let TextEncoderNet::Qwen3Vl { tokenizer, .. } = &net else { panic!("not a Qwen3-VL") };
+    let cases = json("qwen3vl_generate/cases.json");
+    let io = read_tensors("qwen3vl_generate/io.safetensors");
+    let cases = cases["joy_cases"].as_object().expect("joy cases");
+    assert_eq!(cases.len(), 3);
+    let mut worst = 0f32;
+    for (name, case) in cases {
+        let prompt = case["widgets"]["prompt"].as_str().expect("prompt");
+        let max_new = case["widgets"]["max_length"].as_u64().expect("max_length") as usize;
+        let images = node_images(&net, &io, case["image"].as_str());
+        let placed = ids(&case["image_positions"]).len();
+        assert_eq!(images.len(), placed, "{name}");
+        for (j, input) in images.iter().enumerate() {
+            let grid = ids(&case["grids"][j]);
+            assert_eq!(
+                [1, input.grid_h, input.grid_w],
+                [grid[0], grid[1], grid[2]].map(|g| g as usize)
+            );
+        }
+        let prompt_ids = tokenizer.joyimage_prompt(prompt, images.len(), true).expect("prompt ids");
+        assert_eq!(prompt_ids, ids(&case["ids"]), "{name} ids");
+
+        let generated = net
+            .generate(
+                b.as_ref(),
+                prompt,
+                &images,
+                chat(case),
+                max_new,
+                Decoding::Greedy,
+                &mut |_| Ok(()),
+            )
+            .expect("generate");
+        let want = ids(&case["generated"]);
+        assert_eq!(generated, want, "{name} generated");
+        assert_eq!(net.decode(&generated).expect("decode"), case["text"].as_str().expect("text"));
+
+        let tokens = image_tokens(b.as_ref(), &net, &images, placed);
+        let layout = qwen3::ImageLayout::Inline;
+        let error = check_logits(b.as_ref(), &net, name, &prompt_ids, &tokens, layout, &want, &io);
+        worst = worst.max(error);
+    }
+    eprintln!("joyimage generate: max relative logits error {worst:e}");
 }

@@ -137,3 +137,43 @@ fn mage_conditioning_matches_comfyui() {
     let worst = check_conditioning(MAGE_CLIP_TYPE, 32);
     eprintln!("mage: max relative error {worst:e}");
 }
+
+/// ComfyUI gives the Qwen3-VL roles by size (`load_text_encoder_state_dicts`): Boogu and JoyImage to 8B, Krea 2
+/// and Mage-Flow to 4B, the other released size the generic encoder; Qwen3-VL 32B is MiniMax H3's, which Kiln
+/// refuses; a Qwen3 without the tower of a released width is Z-Image's (4B) or FLUX.2 Klein's (8B) whatever the
+/// type. A width of neither released size (the tiny files) takes the role its type names.
+#[test]
+fn clip_types_give_qwen3vl_roles_by_size_as_comfyui_does() {
+    let vl = |hidden| qwen3::Config { hidden, variant: qwen3::Variant::Qwen3Vl, ..TINY };
+    let family =
+        |found: TextEncoderDetected, kind: &str| found.for_clip_type(kind).map(|f| f.family());
+    let roles = [
+        ("boogu", TextEncoderFamily::Boogu),
+        ("joyimage", TextEncoderFamily::JoyImage),
+        (KREA2_CLIP_TYPE, TextEncoderFamily::Krea2),
+        (MAGE_CLIP_TYPE, TextEncoderFamily::MageFlow),
+    ];
+    for (kind, role) in roles {
+        let eight = matches!(kind, "boogu" | "joyimage");
+        let on_8b = family(TextEncoderDetected::Qwen3Vl(vl(4096), None, None), kind).expect(kind);
+        let on_4b = family(TextEncoderDetected::Qwen3Vl(vl(2560), None, None), kind).expect(kind);
+        let (right, wrong) = if eight { (on_8b, on_4b) } else { (on_4b, on_8b) };
+        assert_eq!(right, role, "{kind} on its size");
+        assert_eq!(wrong, TextEncoderFamily::Qwen3Vl, "{kind} on the other size");
+        let tiny = family(TextEncoderDetected::Qwen3Vl(vl(TINY.hidden), None, None), kind);
+        assert_eq!(tiny.expect(kind), role, "{kind} on a tiny file");
+
+        let text_only = |hidden| qwen3::Config { hidden, variant: qwen3::Variant::Qwen3, ..TINY };
+        let z_image = family(TextEncoderDetected::Qwen3(text_only(2560)), kind).expect(kind);
+        assert_eq!(z_image, TextEncoderFamily::Qwen3, "{kind} on a Qwen3-4B");
+        let klein = family(TextEncoderDetected::Qwen3(text_only(4096)), kind).expect(kind);
+        assert_eq!(klein, TextEncoderFamily::Flux2Klein, "{kind} on a Qwen3-8B");
+        let tiny = family(TextEncoderDetected::Qwen3(text_only(TINY.hidden)), kind).expect(kind);
+        assert_eq!(tiny, role, "{kind} on a tiny Qwen3");
+
+        let err = family(TextEncoderDetected::Qwen3Vl(vl(5120), None, None), kind).unwrap_err();
+        assert!(err.to_string().contains("Qwen3-VL 32B"), "{err}");
+    }
+    let generic = family(TextEncoderDetected::Qwen3Vl(vl(2560), None, None), "stable_diffusion");
+    assert_eq!(generic.expect("generic"), TextEncoderFamily::Qwen3Vl);
+}

@@ -819,7 +819,7 @@ pub(super) fn builders() -> Vec<Pure> {
             spec("DisableNoise", "", "model/sampling/noise")
                 .output(OutputDef::new("NOISE"))
                 .aliases(&["zero noise"]),
-            |_| Ok(vec![Value::Noise(Noise::Disabled)]),
+            |_| Ok(vec![Value::Noise(Noise::Disabled(0))]),
         ),
         Pure::new(
             spec("RandomNoise", "", "model/sampling/noise")
@@ -989,11 +989,9 @@ impl Node for SamplerCustom {
         self.spec.clone()
     }
     fn execute(&self, inputs: &Inputs, ctx: &Context) -> Result<NodeResult, NodeError> {
-        let noise = if inputs.bool("add_noise")? {
-            Noise::Random(inputs.int("noise_seed")? as u64)
-        } else {
-            Noise::Disabled
-        };
+        let seed = inputs.int("noise_seed")? as u64;
+        let noise =
+            if inputs.bool("add_noise")? { Noise::Random(seed) } else { Noise::Disabled(seed) };
         let job = Sampling {
             model: inputs.model("model")?,
             positive: inputs.conditioning("positive")?,
@@ -1204,7 +1202,7 @@ mod tests {
             ("tail", Noise::Random(11), &sigmas[3..], &io["latent"]),
             ("one", Noise::Random(11), &sigmas[..1], &io["latent"]),
             ("empty", Noise::Random(11), &sigmas[..], &zeros),
-            ("disabled", Noise::Disabled, &sigmas[..], &io["latent"]),
+            ("disabled", Noise::Disabled(0), &sigmas[..], &io["latent"]),
         ] {
             let inputs = vec![
                 ("model", model.clone()),

@@ -80,7 +80,7 @@ mod tests {
         let seed = io["seed"].data()[0] as u64;
         let template = [999.0, 0.0];
         let cases: [(&str, &[f32], Noise); 2] = [
-            ("template", &template, Noise::Disabled),
+            ("template", &template, Noise::Disabled(0)),
             ("two_steps", io["sigmas.two_steps"].data(), Noise::Random(seed)),
         ];
         for (case, sigmas, noise) in cases {

@@ -1813,7 +1813,7 @@ pub(super) fn starting_noise(
 ) -> Result<Vec<f32>, NodeError> {
     match noise {
         Noise::Random(seed) => initial_noise(seed, shape, batch_index).map_err(node_error),
-        Noise::Disabled => Ok(vec![0.0; shape.iter().product()]),
+        Noise::Disabled(_) => Ok(vec![0.0; shape.iter().product()]),
     }
 }
 
@@ -2197,7 +2197,11 @@ fn ksample(
         perp_neg: None,
         sampler: request.sampler.into(),
         sigmas: &sigmas,
-        noise: if request.add_noise { Noise::Random(request.seed) } else { Noise::Disabled },
+        noise: if request.add_noise {
+            Noise::Random(request.seed)
+        } else {
+            Noise::Disabled(request.seed)
+        },
         latent: request.latent,
     };
     Ok(sample(compute, job, ctx)?.samples)
