@@ -219,6 +219,10 @@ const kilnFiles = [
   // JoyAI Image Edit's MMDiT (Wan 2.1's latent space) on Qwen3-VL 8B, which CLIPLoader's type `joyimage` makes its
   // encoder (the qwen3vl_8b rule above: the tiny 4B stands in).
   { folder: 'diffusion_models', stem: /^joyai_image_edit/i, family: 'joyimage' },
+  // ERNIE-Image (and Turbo): its single-stream DiT in FLUX.2's latent space, on Ministral 3 3B (the file alone
+  // makes it ERNIE-Image's encoder; the prompt enhancer is another Ministral 3 3B, which TextGenerate runs).
+  { folder: 'diffusion_models', stem: /^ernie-image/i, family: 'ernie-image' },
+  { folder: 'text_encoders', stem: /^(ministral-3-3b|ernie-image-prompt-enhancer)[_.]/i, family: 'ministral3-3b' },
   // HunyuanVideo 1.5 (text and image to video, 720p) and Capybara (its architecture: image and video editing,
   // text to image), their 32-channel, 16× VAE, and ByT5 small glyph, the second of their text encoders
   // (DualCLIPLoader type `hunyuan_video_15`, beside the Qwen2.5-VL 7B above).

@@ -32,6 +32,7 @@ pub mod brownian;
 pub mod chroma_radiance;
 pub mod clip_text;
 pub mod clip_vision;
+pub mod ernie;
 pub mod esrgan;
 pub mod family;
 pub mod flux;

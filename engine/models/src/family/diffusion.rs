@@ -6,6 +6,7 @@ use kiln_compute::{Backend, DType, Tensor};
 
 use crate::anima::{self, Anima, AnimaInput};
 use crate::chroma_radiance::{self, ChromaRadiance};
+use crate::ernie::{self, ErnieImage};
 use crate::error::Result;
 use crate::flux::{self, Flux, FluxInput};
 use crate::header::Header;
@@ -111,11 +112,14 @@ pub enum DiffusionFamily {
     /// Chroma Radiance: Chroma's trunk over 16×16 pixel patches, a NeRF head making each patch's pixels from its
     /// token (no VAE: it denoises RGB pixels), on T5-XXL alone.
     ChromaRadiance,
+    /// ERNIE-Image (and Turbo): a single-stream DiT with one shared modulation, image and text tokens joined, over
+    /// Ministral 3 3B's states, in FLUX.2's latent space.
+    Ernie,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 26] = [
+    pub const ALL: [DiffusionFamily; 27] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Lumina2,
         // Before FLUX.1, whose detection refuses Radiance's files.
@@ -145,6 +149,7 @@ impl DiffusionFamily {
         // Qwen-Image's detection leaves its 128-channel files alone.
         DiffusionFamily::MageFlow,
         DiffusionFamily::JoyImage,
+        DiffusionFamily::Ernie,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -172,6 +177,7 @@ impl DiffusionFamily {
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::NAME,
             DiffusionFamily::Krea2 => krea2::family::NAME,
             DiffusionFamily::JoyImage => joyimage::family::NAME,
+            DiffusionFamily::Ernie => ernie::family::NAME,
             DiffusionFamily::ChromaRadiance => chroma_radiance::family::NAME,
             DiffusionFamily::MageFlow => mage_flow::family::NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_NAME,
@@ -202,6 +208,7 @@ impl DiffusionFamily {
             DiffusionFamily::HunyuanVideo15 => hunyuan_video::family::LATENT,
             DiffusionFamily::Krea2 => krea2::family::LATENT,
             DiffusionFamily::JoyImage => joyimage::family::LATENT,
+            DiffusionFamily::Ernie => ernie::family::LATENT,
             DiffusionFamily::ChromaRadiance => chroma_radiance::family::LATENT,
             DiffusionFamily::MageFlow => mage_flow::family::LATENT,
             DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => unet::family::SDXL_LATENT,
@@ -275,6 +282,9 @@ impl DiffusionFamily {
             DiffusionFamily::JoyImage => {
                 FlowSampling::new(joyimage::family::SHIFT, joyimage::family::MULTIPLIER).into()
             }
+            DiffusionFamily::Ernie => {
+                FlowSampling::new(ernie::family::SHIFT, ernie::family::MULTIPLIER).into()
+            }
             // Chroma's settings: ModelSamplingFlux at ComfyUI's default μ.
             DiffusionFamily::ChromaRadiance => {
                 FlowSampling::flux(chroma_radiance::family::SHIFT).into()
@@ -313,6 +323,7 @@ impl DiffusionFamily {
                 &[mage_flow::family::CHECKPOINT_TEXT_ENCODER_PREFIX]
             }
             DiffusionFamily::JoyImage => &[joyimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
+            DiffusionFamily::Ernie => &[ernie::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::Sd3 => &[
                 sd3::family::CHECKPOINT_CLIP_L_PREFIX,
                 sd3::family::CHECKPOINT_CLIP_G_PREFIX,
@@ -352,7 +363,9 @@ impl DiffusionFamily {
             DiffusionFamily::Krea2 => crate::family::KREA2_CLIP_TYPE,
             DiffusionFamily::MageFlow => crate::family::MAGE_CLIP_TYPE,
             DiffusionFamily::JoyImage => crate::family::JOYIMAGE_CLIP_TYPE,
-            DiffusionFamily::ZImage
+            // Ministral 3 3B is ERNIE-Image's encoder whatever the type.
+            DiffusionFamily::Ernie
+            | DiffusionFamily::ZImage
             | DiffusionFamily::Lumina2
             | DiffusionFamily::QwenImage
             | DiffusionFamily::Wan21
@@ -408,6 +421,7 @@ impl DiffusionFamily {
             DiffusionFamily::JoyImage => {
                 (VaeFamily::Wan21, joyimage::family::CHECKPOINT_VAE_PREFIX)
             }
+            DiffusionFamily::Ernie => (VaeFamily::Flux2, ernie::family::CHECKPOINT_VAE_PREFIX),
             // A checkpoint would hold no VAE (`pixel_space`); Chroma's prefix is where one would be.
             DiffusionFamily::ChromaRadiance => {
                 (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX)
@@ -441,6 +455,7 @@ impl DiffusionFamily {
             DiffusionFamily::Krea2 => krea2::family::SYNTH_NAME,
             DiffusionFamily::MageFlow => mage_flow::family::SYNTH_NAME,
             DiffusionFamily::JoyImage => joyimage::family::SYNTH_NAME,
+            DiffusionFamily::Ernie => ernie::family::SYNTH_NAME,
             DiffusionFamily::ChromaRadiance => chroma_radiance::family::SYNTH_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_NAME,
@@ -473,6 +488,7 @@ impl DiffusionFamily {
             DiffusionFamily::Krea2 => krea2::family::SYNTH_LORA_NAME,
             DiffusionFamily::MageFlow => mage_flow::family::SYNTH_LORA_NAME,
             DiffusionFamily::JoyImage => joyimage::family::SYNTH_LORA_NAME,
+            DiffusionFamily::Ernie => ernie::family::SYNTH_LORA_NAME,
             DiffusionFamily::ChromaRadiance => chroma_radiance::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_LORA_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_LORA_NAME,
@@ -527,6 +543,7 @@ impl DiffusionFamily {
             DiffusionFamily::Krea2 => krea2::detect(h)?.map(DiffusionDetected::Krea2),
             DiffusionFamily::MageFlow => mage_flow::detect(h)?.map(DiffusionDetected::MageFlow),
             DiffusionFamily::JoyImage => joyimage::detect(h)?.map(DiffusionDetected::JoyImage),
+            DiffusionFamily::Ernie => ernie::detect(h)?.map(DiffusionDetected::Ernie),
             DiffusionFamily::ChromaRadiance => {
                 chroma_radiance::detect(h)?.map(DiffusionDetected::ChromaRadiance)
             }
@@ -628,6 +645,8 @@ pub enum DiffusionDetected {
     MageFlow(mage_flow::Config),
     /// JoyAI Image Edit's DiT.
     JoyImage(joyimage::Config),
+    /// ERNIE-Image's DiT.
+    Ernie(ernie::Config),
     /// Chroma Radiance's DiT.
     ChromaRadiance(chroma_radiance::Config),
 }
@@ -672,6 +691,7 @@ impl DiffusionDetected {
             DiffusionDetected::Krea2(_) => DiffusionFamily::Krea2,
             DiffusionDetected::MageFlow(_) => DiffusionFamily::MageFlow,
             DiffusionDetected::JoyImage(_) => DiffusionFamily::JoyImage,
+            DiffusionDetected::Ernie(_) => DiffusionFamily::Ernie,
             DiffusionDetected::ChromaRadiance(_) => DiffusionFamily::ChromaRadiance,
         }
     }
@@ -730,6 +750,8 @@ impl DiffusionDetected {
             DiffusionDetected::MageFlow(_) => NO_F16,
             // ComfyUI's `JoyImage`: bf16 or f32.
             DiffusionDetected::JoyImage(_) => NO_F16,
+            // ComfyUI's `ErnieImage`: bf16 or f32.
+            DiffusionDetected::Ernie(_) => NO_F16,
             // Chroma's (FLUX.1's) dtypes.
             DiffusionDetected::ChromaRadiance(_) => BF16_FIRST,
         }
@@ -770,6 +792,7 @@ impl DiffusionDetected {
             DiffusionDetected::Krea2(config) => krea2::load_plan(h, config),
             DiffusionDetected::MageFlow(config) => mage_flow::load_plan(h, config),
             DiffusionDetected::JoyImage(config) => joyimage::load_plan(h, config),
+            DiffusionDetected::Ernie(config) => ernie::load_plan(h, config),
             DiffusionDetected::ChromaRadiance(config) => chroma_radiance::load_plan(h, config),
         }
     }
@@ -808,6 +831,9 @@ impl DiffusionDetected {
             DiffusionDetected::Krea2(config) => DiffusionNet::Krea2(Krea2::new(config, weights)),
             DiffusionDetected::JoyImage(config) => {
                 DiffusionNet::JoyImage(JoyImage::new(config, weights))
+            }
+            DiffusionDetected::Ernie(config) => {
+                DiffusionNet::Ernie(ErnieImage::new(config, weights))
             }
             DiffusionDetected::ChromaRadiance(config) => {
                 DiffusionNet::ChromaRadiance(ChromaRadiance::new(config, weights))
@@ -1037,6 +1063,8 @@ pub enum DiffusionNet {
     MageFlow(MageFlow),
     /// JoyAI Image Edit's DiT.
     JoyImage(JoyImage),
+    /// ERNIE-Image's DiT.
+    Ernie(ErnieImage),
     /// Chroma Radiance's DiT.
     ChromaRadiance(ChromaRadiance),
 }
@@ -1060,6 +1088,7 @@ impl DiffusionNet {
             DiffusionNet::Krea2(_) => DiffusionFamily::Krea2,
             DiffusionNet::MageFlow(_) => DiffusionFamily::MageFlow,
             DiffusionNet::JoyImage(_) => DiffusionFamily::JoyImage,
+            DiffusionNet::Ernie(_) => DiffusionFamily::Ernie,
             DiffusionNet::ChromaRadiance(_) => DiffusionFamily::ChromaRadiance,
         }
     }
@@ -1081,6 +1110,7 @@ impl DiffusionNet {
             DiffusionNet::Krea2(net) => &net.weights,
             DiffusionNet::MageFlow(net) => &net.weights,
             DiffusionNet::JoyImage(net) => &net.weights,
+            DiffusionNet::Ernie(net) => &net.weights,
             DiffusionNet::ChromaRadiance(net) => net.weights(),
         }
     }
@@ -1113,6 +1143,7 @@ impl DiffusionNet {
             | DiffusionNet::Kandinsky5(_)
             | DiffusionNet::OmniGen2(_)
             | DiffusionNet::JoyImage(_)
+            | DiffusionNet::Ernie(_)
             | DiffusionNet::ChromaRadiance(_)
             | DiffusionNet::HunyuanVideo(_) => Err(crate::Error::Invalid(format!(
                 "Kiln applies no LoRA to {} yet",
@@ -1142,6 +1173,7 @@ impl DiffusionNet {
             | DiffusionNet::OmniGen2(_)
             | DiffusionNet::Krea2(_)
             | DiffusionNet::JoyImage(_)
+            | DiffusionNet::Ernie(_)
             | DiffusionNet::ChromaRadiance(_)
             | DiffusionNet::MageFlow(_) => 0,
         }
@@ -1165,6 +1197,7 @@ impl DiffusionNet {
             | DiffusionNet::HunyuanVideo(_)
             | DiffusionNet::Krea2(_)
             | DiffusionNet::JoyImage(_)
+            | DiffusionNet::Ernie(_)
             | DiffusionNet::ChromaRadiance(_)
             | DiffusionNet::MageFlow(_) => None,
         }
@@ -1188,6 +1221,7 @@ impl DiffusionNet {
             | DiffusionNet::HunyuanVideo(_)
             | DiffusionNet::Krea2(_)
             | DiffusionNet::JoyImage(_)
+            | DiffusionNet::Ernie(_)
             | DiffusionNet::ChromaRadiance(_)
             | DiffusionNet::MageFlow(_) => None,
         }
@@ -1256,11 +1290,14 @@ impl DiffusionNet {
                 self.family().name()
             )));
         }
-        let honours_rope = matches!(self, DiffusionNet::Wan(_) | DiffusionNet::QwenImage(_));
+        let honours_rope = matches!(
+            self,
+            DiffusionNet::Wan(_) | DiffusionNet::QwenImage(_) | DiffusionNet::Ernie(_)
+        );
         if !input.rope.is_identity() && !honours_rope {
             return Err(crate::Error::Invalid(format!(
-                "ScaleROPE's scales and shifts are applied to Wan models; Kiln does not apply them to a {} model \
-                 yet",
+                "ScaleROPE's scales and shifts are applied to Wan, Qwen-Image and ERNIE-Image models; Kiln does not \
+                 apply them to a {} model yet",
                 self.family().name()
             )));
         }
@@ -1503,6 +1540,11 @@ impl DiffusionNet {
                 };
                 let options = input.radiance.unwrap_or_default();
                 net.forward(b, input.x, input.timesteps, input.context, guidance, &options)
+            }
+            // ERNIE-Image reads no reference latents (ComfyUI's forward takes none).
+            DiffusionNet::Ernie(net) => {
+                refuse_controls(self.family(), input.controls, input.patches)?;
+                net.forward_with_rope(b, input.x, input.timesteps, input.context, &input.rope)
             }
             // JoyImage places every reference latent as further frames whatever the method (its forward reads none).
             DiffusionNet::JoyImage(net) => {

@@ -58,6 +58,11 @@ pub enum TextEncoderFamily {
     /// FLUX.2 dev's: Mistral Small 3.x, hidden states 10, 20 and 30 side by side over ComfyUI's FLUX.2 template
     /// (no padding), tokenised by the Tekken tokenizer its file carries; no pooled vector.
     Mistral3,
+    /// ERNIE-Image's: Ministral 3 3B (a Mistral-shaped file of its width, or too shallow for FLUX.2's taps, whatever
+    /// `CLIPLoader`'s type, as ComfyUI's `detect_te_model`): the output of its second-to-last layer, un-normed,
+    /// over the prompt as written after `<s>` (no template, weights disabled); no pooled vector. It generates text
+    /// too (ERNIE-Image's prompt enhancer). Detected as a [`TextEncoderDetected::Mistral3`] of that size.
+    Ernie,
     /// Wan's umT5-XXL (`CLIPLoader` type `wan`): its last hidden state under ComfyUI's attention mask with the
     /// rows after the first EOS zeroed, at least 512 tokens, prompt weights applied, tokenised by the
     /// SentencePiece model its file carries; no pooled vector.
@@ -147,6 +152,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::Flux => "FLUX.1's CLIP-L + T5-XXL",
             TextEncoderFamily::Flux2Klein => qwen3::family::KLEIN_NAME,
             TextEncoderFamily::Mistral3 => mistral3::family::NAME,
+            TextEncoderFamily::Ernie => mistral3::family::MINISTRAL_NAME,
             TextEncoderFamily::Umt5Xxl => t5::family::UMT5_NAME,
             TextEncoderFamily::Llama3 => llama3::NAME,
             TextEncoderFamily::HiDream => "HiDream's CLIP-L + CLIP-G + T5-XXL + Llama 3.1",
@@ -178,6 +184,7 @@ impl TextEncoderFamily {
             // A Qwen3 file with at least 28 layers.
             TextEncoderFamily::Flux2Klein => qwen3::family::KLEIN_SYNTH_NAME,
             TextEncoderFamily::Mistral3 => mistral3::family::SYNTH_NAME,
+            TextEncoderFamily::Ernie => mistral3::family::MINISTRAL_SYNTH_NAME,
             TextEncoderFamily::Umt5Xxl => t5::family::UMT5_SYNTH_NAME,
             TextEncoderFamily::Llama3 => llama3::SYNTH_NAME,
             // Written as its four files.
@@ -235,6 +242,7 @@ impl TextEncoderFamily {
             | TextEncoderFamily::T5Xxl
             | TextEncoderFamily::Flux
             | TextEncoderFamily::Mistral3
+            | TextEncoderFamily::Ernie
             | TextEncoderFamily::Umt5Xxl
             | TextEncoderFamily::Llama3
             | TextEncoderFamily::HiDream
@@ -296,6 +304,7 @@ impl TextEncoderFamily {
             | TextEncoderFamily::Krea2
             | TextEncoderFamily::MageFlow
             | TextEncoderFamily::JoyImage
+            | TextEncoderFamily::Ernie
             | TextEncoderFamily::Kandinsky5
             | TextEncoderFamily::HunyuanVideo15
             | TextEncoderFamily::HunyuanVideo
@@ -321,7 +330,8 @@ pub enum TextEncoderDetected {
     T5Alone(t5::Config),
     /// A Qwen3 file as FLUX.2 Klein's encoder (from [`TextEncoderDetected::for_clip_type`]).
     Flux2Klein(qwen3::Config),
-    /// Mistral Small 3.x, FLUX.2 dev's encoder, and where its tokenizer is.
+    /// A Mistral decoder (Mistral Small 3.x, FLUX.2 dev's encoder, or Ministral 3 3B, ERNIE-Image's, by
+    /// [`mistral3::Detected::size`]), and where its tokenizer is.
     Mistral3(mistral3::Detected),
     /// umT5-XXL, Wan's encoder, and where its tokenizer is.
     Umt5(t5::Umt5File),
@@ -356,7 +366,10 @@ impl TextEncoderDetected {
                 TextEncoderFamily::T5Xxl
             }
             TextEncoderDetected::Flux2Klein(_) => TextEncoderFamily::Flux2Klein,
-            TextEncoderDetected::Mistral3(_) => TextEncoderFamily::Mistral3,
+            TextEncoderDetected::Mistral3(found) => match found.size {
+                mistral3::Size::Small24B => TextEncoderFamily::Mistral3,
+                mistral3::Size::Ministral3B => TextEncoderFamily::Ernie,
+            },
             TextEncoderDetected::Umt5(_) => TextEncoderFamily::Umt5Xxl,
             TextEncoderDetected::Llama3(_) => TextEncoderFamily::Llama3,
             TextEncoderDetected::Ovis(_) => TextEncoderFamily::Ovis,
@@ -400,7 +413,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::T5(config) | TextEncoderDetected::T5Alone(config) => {
                 t5::load_plan(h, config)
             }
-            TextEncoderDetected::Mistral3(found) => mistral3::load_plan(h, &found.config),
+            TextEncoderDetected::Mistral3(found) => mistral3::load_plan_for(h, found),
             TextEncoderDetected::Umt5(found) => t5::umt5_load_plan(h, &found.config),
             TextEncoderDetected::Llama3(config) => llama3::load_plan(h, config),
             TextEncoderDetected::Gemma2(found) => gemma2::load_plan(h, &found.config),
@@ -603,6 +616,7 @@ impl TextEncoderDetected {
             },
             TextEncoderDetected::Mistral3(found) => TextEncoderNet::Mistral3 {
                 tokenizer: found.tokenizer()?,
+                size: found.size,
                 model: Qwen3::new(found.config, weights),
             },
             TextEncoderDetected::Umt5(found) => TextEncoderNet::Umt5 {
@@ -903,12 +917,15 @@ pub enum TextEncoderNet {
         /// Its tokenizer.
         tokenizer: Tokenizer,
     },
-    /// FLUX.2 dev's Mistral Small 3.x (the Qwen3 decoder code) with the Tekken tokenizer of its file.
+    /// FLUX.2 dev's Mistral Small 3.x or ERNIE-Image's Ministral 3 3B (the Qwen3 decoder code) with the Tekken
+    /// tokenizer of its file.
     Mistral3 {
         /// The network.
         model: Qwen3,
         /// Its tokenizer.
         tokenizer: mistral3::Tokenizer,
+        /// Which of the two it is.
+        size: mistral3::Size,
     },
     /// FLUX.1's CLIP-L and T5-XXL, with their tokenizers.
     Flux {
@@ -1012,7 +1029,12 @@ impl TextEncoderNet {
             TextEncoderNet::Qwen25Vl { .. } => TextEncoderFamily::Qwen25Vl,
             TextEncoderNet::Flux { .. } => TextEncoderFamily::Flux,
             TextEncoderNet::Flux2Klein { .. } => TextEncoderFamily::Flux2Klein,
-            TextEncoderNet::Mistral3 { .. } => TextEncoderFamily::Mistral3,
+            TextEncoderNet::Mistral3 { size: mistral3::Size::Small24B, .. } => {
+                TextEncoderFamily::Mistral3
+            }
+            TextEncoderNet::Mistral3 { size: mistral3::Size::Ministral3B, .. } => {
+                TextEncoderFamily::Ernie
+            }
             TextEncoderNet::Umt5 { .. } => TextEncoderFamily::Umt5Xxl,
             TextEncoderNet::T5Xxl { .. } => TextEncoderFamily::T5Xxl,
             TextEncoderNet::HiDream(_) => TextEncoderFamily::HiDream,
@@ -1302,8 +1324,11 @@ impl TextEncoderNet {
             TextEncoderNet::Flux2Klein { tokenizer, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.klein_prompt(prompt)?))
             }
-            TextEncoderNet::Mistral3 { tokenizer, .. } => {
+            TextEncoderNet::Mistral3 { tokenizer, size: mistral3::Size::Small24B, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.flux2_prompt(prompt)?))
+            }
+            TextEncoderNet::Mistral3 { tokenizer, size: mistral3::Size::Ministral3B, .. } => {
+                Ok(PromptTokens::Ids(tokenizer.plain_prompt(prompt)?))
             }
             TextEncoderNet::Gemma2 { tokenizer, .. } => {
                 Ok(PromptTokens::Weighted(tokenizer.tokens(prompt)?))
@@ -1554,6 +1579,12 @@ impl TextEncoderNet {
             TextEncoderNet::Gemma2 { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with Lumina 2's Gemma 2 encoder is not supported yet".to_owned(),
             )),
+            TextEncoderNet::Mistral3 { model, tokenizer, size: mistral3::Size::Ministral3B } => {
+                // ComfyUI's ERNIE tokenizer reads no template: the prompt as written after `<s>`.
+                let ids = tokenizer.plain_prompt(prompt)?;
+                let pick = &mut |logits| picker.pick(logits);
+                model.generate(b, &ids, max_new, &mistral3::STOP_TOKENS, pick, on_token)
+            }
             // ComfyUI's `Mistral3Small24B` generates nothing either (it is no `BaseGenerate`).
             TextEncoderNet::Mistral3 { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with FLUX.2 dev's Mistral Small encoder is not supported".to_owned(),
@@ -1585,8 +1616,8 @@ impl TextEncoderNet {
             | TextEncoderNet::Qwen25Vl { tokenizer, .. }
             | TextEncoderNet::Flux2Klein { tokenizer, .. }
             | TextEncoderNet::Qwen3Vl { tokenizer, .. } => tokenizer.decode(ids),
+            TextEncoderNet::Mistral3 { tokenizer, .. } => tokenizer.decode(ids),
             TextEncoderNet::Flux { .. }
-            | TextEncoderNet::Mistral3 { .. }
             | TextEncoderNet::T5Xxl { .. }
             | TextEncoderNet::Umt5 { .. }
             | TextEncoderNet::HiDream(_)
@@ -1739,12 +1770,21 @@ impl TextEncoderNet {
                 )?;
                 Ok(Encoded::new(cond, None))
             }
-            (TextEncoderNet::Mistral3 { model, .. }, PromptTokens::Ids(ids)) => {
+            (TextEncoderNet::Mistral3 { model, size, .. }, PromptTokens::Ids(ids)) => {
                 if !images.is_empty() {
                     return reads_no_images();
                 }
                 let attended = mistral3::attended_keys(ids);
-                let cond = model.tapped_hidden_states(b, ids, attended, &mistral3::TAPS)?;
+                let cond = match size {
+                    mistral3::Size::Small24B => {
+                        model.tapped_hidden_states(b, ids, attended, &mistral3::TAPS)?
+                    }
+                    // ComfyUI's `layer_idx=-2`: the output of the second-to-last layer, before the final norm.
+                    mistral3::Size::Ministral3B => {
+                        let tap = [model.config.layers - 1];
+                        model.tapped_hidden_states(b, ids, attended, &tap)?
+                    }
+                };
                 Ok(Encoded::new(cond, None))
             }
             (TextEncoderNet::Qwen25Vl { model, vision, role, .. }, PromptTokens::Ids(ids)) => {

@@ -148,7 +148,7 @@ fn special_tokens() -> Vec<(String, u32)> {
 }
 
 /// The byte-level BPE tokenizer of `regular` tokens (their bytes and ids) and `specials` (their strings and ids),
-/// rebuilt as this module's documentation says; a message naming the step that failed.
+/// rebuilt as this module's documentation says, decoding byte-level; a message naming the step that failed.
 ///
 /// The vocabulary holds the specials first and the regular tokens over them, as ComfyUI fills its dict: a regular
 /// token spelled like a special one takes its place. A split's halves must both be regular tokens.
@@ -189,6 +189,9 @@ pub(crate) fn bpe_from_ranks(
     .map_err(|e| format!("the Llama-3 split regex: {e}"))?;
     let bytes = ByteLevel::new(false, false, false);
     inner.with_pre_tokenizer(Some(Sequence::new(vec![split.into(), bytes.into()])));
+    // Decoding joins the tokens' bytes and reads them as UTF-8, invalid sequences replaced (ComfyUI's
+    // `BPETokenizer.decode`).
+    inner.with_decoder(Some(bytes));
     let added: Vec<AddedToken> =
         specials.iter().map(|(text, _)| AddedToken::from(text.clone(), true)).collect();
     inner.add_special_tokens(added).map_err(|e| format!("its special tokens: {e}"))?;

@@ -1,15 +1,19 @@
 //! FLUX.2 dev's text encoder: Mistral Small 3.x (24B), run by the Qwen3 decoder code as
-//! [`crate::qwen3::Variant::Mistral3`], with the Tekken tokenizer its file carries (models-flux.md §3.6, §5.2).
+//! [`crate::qwen3::Variant::Mistral3`], with the Tekken tokenizer its file carries (models-flux.md §3.6, §5.2); and
+//! ERNIE-Image's, Ministral 3 3B, the same decoder at another size ([`Size`]).
 //!
-//! - [`detect`] recognises the file as ComfyUI does (`model.layers.0.post_attention_layernorm.weight` 5120 wide,
-//!   no q norm) or, at any width, a Llama-shaped file without q/k norms or biases that carries a `tekken_model`
-//!   tensor; every width but the head's (128, as ComfyUI fixes it) comes from the shapes.
-//! - [`load_plan`] names the weights the conditioning needs: the embedding and layers 0–29 (a 40-layer file's
-//!   last ten, its final norm and any vision tower are never read; `tekken_model` is not a weight).
-//! - [`Tokenizer`]: the tekken JSON of `tekken_model` rebuilt as ComfyUI rebuilds it, and the FLUX.2 prompt.
+//! - [`detect`] recognises the file as ComfyUI does (`model.layers.0.post_attention_layernorm.weight` 5120 wide
+//!   for Mistral Small, 3072 for Ministral, no q norm) or, at any width, a Llama-shaped file without q/k norms or
+//!   biases that carries a `tekken_model` tensor (Ministral's when too shallow for FLUX.2's taps); every width but
+//!   the head's (128, as ComfyUI fixes it) comes from the shapes.
+//! - [`load_plan_for`] names the weights: for Mistral Small the embedding and layers 0–29 (a 40-layer file's last
+//!   ten, its final norm and any vision tower are never read; `tekken_model` is not a weight); for Ministral
+//!   everything (it generates text).
+//! - [`Tokenizer`]: the tekken JSON of `tekken_model` rebuilt as ComfyUI rebuilds it, the FLUX.2 prompt and
+//!   ERNIE-Image's plain one.
 //!
-//! The conditioning is hidden states [`TAPS`] (10, 20, 30) side by side, never final-normed:
-//! [`crate::qwen3::Qwen3::tapped_hidden_states`].
+//! FLUX.2 dev's conditioning is hidden states [`TAPS`] (10, 20, 30) side by side, never final-normed:
+//! [`crate::qwen3::Qwen3::tapped_hidden_states`]; ERNIE-Image's the second-to-last layer's output.
 
 pub mod family;
 mod tokenizer;
@@ -38,6 +42,23 @@ pub const ROPE_THETA: f64 = 1e9;
 pub const HIDDEN: usize = 5120;
 /// The uint8 tensor holding the tekken tokenizer's JSON.
 pub const TEKKEN: &str = "tekken_model";
+/// `</s>`: where Ministral 3 3B's generation stops (ComfyUI's `Ministral3_3BConfig.stop_tokens`).
+pub const STOP_TOKENS: [u32; 1] = [2];
+/// Ministral 3 3B's hidden width, by which ComfyUI recognises ERNIE-Image's text encoder (and its prompt
+/// enhancer).
+pub const MINISTRAL_3B_HIDDEN: usize = 3072;
+/// Ministral 3 3B's RoPE base θ (ComfyUI's `Ministral3_3BConfig`, which reads no RoPE scaling).
+pub const MINISTRAL_ROPE_THETA: f64 = 1e6;
+
+/// Which Mistral decoder a file is, as ComfyUI's `detect_te_model` tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    /// Mistral Small 3.x 24B (FLUX.2 dev's encoder): 5120 wide, conditioning on hidden states [`TAPS`].
+    Small24B,
+    /// Ministral 3 3B (ERNIE-Image's encoder and prompt enhancer): 3072 wide, conditioning on the second-to-last
+    /// layer's output, un-normed; it generates text too.
+    Ministral3B,
+}
 
 /// The tekken JSON `kiln model synth` writes into its Mistral files: Mistral's 1000 special tokens (ranks 0-19
 /// named as in Mistral Small 3.1's tokenizer, `<SPECIAL_n>` after them) and a vocabulary of the 256 single bytes
@@ -101,6 +122,8 @@ pub struct Detected {
     pub path: PathBuf,
     /// The full key of its [`TEKKEN`] tensor, when it carries one.
     pub tekken_key: Option<String>,
+    /// Which decoder it is.
+    pub size: Size,
 }
 
 impl Detected {
@@ -128,7 +151,8 @@ pub fn detect(h: &Header) -> Result<Option<Detected>> {
     let llama_shaped = present(norm)
         && !present("model.layers.0.self_attn.q_norm.weight")
         && !present("model.layers.0.self_attn.q_proj.bias");
-    let ours = h.shape(norm) == Some(&[HIDDEN][..]) || h.has(TEKKEN);
+    let width = h.shape(norm).and_then(|s| s.first().copied());
+    let ours = matches!(width, Some(HIDDEN | MINISTRAL_3B_HIDDEN)) || h.has(TEKKEN);
     if !llama_shaped || !ours {
         return Ok(None);
     }
@@ -136,6 +160,31 @@ pub fn detect(h: &Header) -> Result<Option<Detected>> {
     let [vocab, hidden, heads, kv_heads, intermediate] =
         qwen3::fixed_head_dims(h, HEAD_DIM, "Mistral")?;
     let deepest = TAPS[TAPS.len() - 1];
+    // Ministral 3 3B by its width; a file of neither released width (a tiny one) by its depth: one too shallow
+    // for FLUX.2's taps can only be Ministral's.
+    let size = match hidden {
+        HIDDEN => Size::Small24B,
+        MINISTRAL_3B_HIDDEN => Size::Ministral3B,
+        _ if layers < deepest => Size::Ministral3B,
+        _ => Size::Small24B,
+    };
+    if size == Size::Ministral3B {
+        let config = Config {
+            vocab,
+            hidden,
+            layers,
+            heads,
+            kv_heads,
+            head_dim: HEAD_DIM,
+            intermediate,
+            rms_eps: RMS_EPS,
+            rope_theta: MINISTRAL_ROPE_THETA,
+            variant: Variant::Mistral3,
+        };
+        qwen3::check_layers(h, &config)?;
+        let tekken_key = h.has(TEKKEN).then(|| h.key(TEKKEN));
+        return Ok(Some(Detected { config, path: h.path().to_path_buf(), tekken_key, size }));
+    }
     if layers < deepest {
         return Err(h.unsupported(format!(
             "FLUX.2 dev's Mistral text encoder takes hidden states {TAPS:?}; this file has only {layers} layers"
@@ -155,7 +204,16 @@ pub fn detect(h: &Header) -> Result<Option<Detected>> {
     };
     qwen3::check_layers(h, &config)?;
     let tekken_key = h.has(TEKKEN).then(|| h.key(TEKKEN));
-    Ok(Some(Detected { config, path: h.path().to_path_buf(), tekken_key }))
+    Ok(Some(Detected { config, path: h.path().to_path_buf(), tekken_key, size }))
+}
+
+/// What to load for `found`: FLUX.2 dev's the embedding table and the layers the deepest tap needs; Ministral
+/// 3 3B's everything (it generates text), under the file's names without the prefix.
+pub fn load_plan_for(h: &Header, found: &Detected) -> LoadPlan {
+    match found.size {
+        Size::Small24B => load_plan(h, &found.config),
+        Size::Ministral3B => qwen3::load_plan(h, &found.config),
+    }
 }
 
 /// What to load: the embedding table and the layers the deepest tap needs, under the file's names without the

@@ -127,14 +127,26 @@ impl Tokenizer {
     /// whitespace-preceded `embedding:` separately and drops the name when no such embedding file exists).
     pub fn flux2_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
         let (before, after) = FLUX2_TEMPLATE;
+        self.plain_prompt(&format!("{before}{prompt}{after}"))
+    }
+
+    /// The ids ComfyUI's ERNIE-Image encoder (and `TextGenerate` on its Ministral 3 3B) runs on for `prompt`:
+    /// the weights-disabled pre-pass of [`Tokenizer::flux2_prompt`], the prompt as written (no template; the
+    /// special tokens it writes become their ids) after [`BOS`]; no padding, no truncation.
+    pub fn plain_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
         let prompt = prompt
             .replace("\\)", "\0\u{1}")
             .replace("\\(", "\0\u{2}")
             .replace("\0\u{1}", ")")
             .replace("\0\u{2}", "(");
         let mut ids = vec![BOS];
-        ids.extend(self.encode(&format!("{before}{prompt}{after}"))?);
+        ids.extend(self.encode(&prompt)?);
         Ok(ids)
+    }
+
+    /// The text of generated `ids` as ComfyUI's `decode` gives it: the special tokens left out.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner.decode(ids, true).map_err(|e| Error::Tokenizer(e.to_string()))
     }
 }
 

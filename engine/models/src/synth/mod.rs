@@ -62,6 +62,7 @@ const QWEN_IMAGE_CONTROLNET: &str = "qwen-image-controlnet";
 const ZIMAGE_CONTROLNET: &str = "zimage-controlnet";
 const QWEN25VL: &str = "qwen25vl";
 const MISTRAL3: &str = "mistral3";
+const ERNIE: &str = "ernie-image";
 const FLUX: &str = "flux1";
 const FLUX_LORA: &str = "flux1-lora";
 const FLUX2: &str = "flux2";
@@ -484,6 +485,7 @@ impl SynthFamily {
             DiffusionFamily::MageFlow,
             DiffusionFamily::JoyImage,
             DiffusionFamily::ChromaRadiance,
+            DiffusionFamily::Ernie,
         ];
         all.extend(
             DiffusionFamily::ALL.into_iter().filter(|f| !unets.contains(f)).map(SynthFamily::Lora),
@@ -522,6 +524,7 @@ impl SynthFamily {
         all.push(SynthFamily::LongCatTextEncoder);
         all.push(SynthFamily::OmniGen2TextEncoder);
         all.push(SynthFamily::TextEncoder(TextEncoderFamily::Anima));
+        all.push(SynthFamily::TextEncoder(TextEncoderFamily::Ernie));
         all.push(SynthFamily::ClipG);
         all.push(SynthFamily::FluxRedux);
         all.push(SynthFamily::FluxUso);
@@ -765,6 +768,9 @@ pub struct ZImageTurboSet {
     /// FLUX.2 dev's Mistral Small 3.x (`--family mistral3`; three times its hidden width should be FLUX.2
     /// dev's `text_dim`).
     pub mistral3: qwen3::Config,
+    /// ERNIE-Image's Ministral 3 3B (`--family ministral3-3b`; its hidden width should be ERNIE-Image's
+    /// `text_dim`).
+    pub ministral: qwen3::Config,
     /// Qwen2.5-VL's vision tower, written in the same file (its `out_hidden` should equal `qwen25vl.hidden`).
     pub qwen25vl_vision: VisionConfig,
     /// FLUX.1 dev's DiT (`--family flux1`; schnell and Fill at its widths; its `text_dim` should equal
@@ -894,6 +900,8 @@ pub struct ZImageTurboSet {
     /// JoyAI Image Edit's DiT (`--family joyimage`; its text width should be Qwen3-VL 8B's, or in the tiny set
     /// the Qwen3-VL 4B's that stands in for it).
     pub joyimage: crate::joyimage::Config,
+    /// ERNIE-Image's DiT (`--family ernie-image`; its text width should be `ministral`'s hidden width).
+    pub ernie: crate::ernie::Config,
 }
 
 impl ZImageTurboSet {
@@ -948,6 +956,7 @@ impl ZImageTurboSet {
             },
             qwen25vl: decoder_config(qwen3::Variant::Qwen25Vl, 152_064, 3584, 28, (28, 4), 18944),
             mistral3: decoder_config(qwen3::Variant::Mistral3, 131_072, 5120, 40, (32, 8), 32768),
+            ministral: decoder_config(qwen3::Variant::Mistral3, 131_072, 3072, 26, (32, 8), 9216),
             clip_g: clip_g_config(1280, 32, 5120),
             llama3: decoder_config(qwen3::Variant::Llama3, 128_256, 4096, 32, (32, 8), 14336),
             // HiDream-I1 as released (ComfyUI's detection constants; the SwiGLU widths round 2/3 of 4·D and
@@ -1093,6 +1102,19 @@ impl ZImageTurboSet {
             mage_vae: crate::mage_vae::Config::released(),
             // Chroma1-Radiance: 64 wide, ratio 4, 4 blocks (ComfyUI's detection fixes these).
             chroma_radiance_nerf: (64, 4, 4),
+            // ERNIE-Image (ComfyUI's defaults): 36 blocks of 32 heads of 128, FLUX.2's 128 channels, Ministral 3
+            // 3B's 3072-wide states projected.
+            ernie: crate::ernie::Config {
+                hidden: 4096,
+                channels: 128,
+                layers: 36,
+                heads: 32,
+                head_dim: 128,
+                ffn_dim: 12288,
+                text_dim: 3072,
+                text_proj: true,
+                axes: [32, 48, 48],
+            },
             // JoyAI Image Edit: 40 double-stream blocks of 32 heads of 128 on Qwen3-VL 8B's width.
             joyimage: crate::joyimage::Config {
                 hidden: 4096,
@@ -1238,6 +1260,8 @@ impl ZImageTurboSet {
             // The synthetic tekken vocabulary's 1256 ids; 30 layers (the pruned file), one head of the released
             // width; 32 wide, so its three taps are the tiny FLUX.2 dev's context.
             mistral3: decoder_config(qwen3::Variant::Mistral3, 1256, 32, 30, (1, 1), 64),
+            // The same vocabulary; 4 layers, too shallow for FLUX.2's taps, which makes it Ministral's.
+            ministral: decoder_config(qwen3::Variant::Mistral3, 1256, 32, 4, (1, 1), 64),
             // 16 heads of 4, as the released tower has 16; 8 blocks, so the eighth attends to the whole image.
             qwen25vl_vision: VisionConfig {
                 hidden: 64,
@@ -1415,6 +1439,19 @@ impl ZImageTurboSet {
                 mlp_hidden: 256,
                 text_dim: 128,
                 axes_dims: [4, 14, 14],
+            },
+            // Two blocks of two heads of 64 at FLUX.2's 128 channels, the tiny Ministral's 32-wide states
+            // projected.
+            ernie: crate::ernie::Config {
+                hidden: 128,
+                channels: 128,
+                layers: 2,
+                heads: 2,
+                head_dim: 64,
+                ffn_dim: 64,
+                text_dim: 32,
+                text_proj: true,
+                axes: [16, 24, 24],
             },
             // Two blocks of two heads of 64 (the frame axis keeps its released 16 of RoPE) on the tiny Qwen3-VL
             // 4B's width, which stands in for the 8B.
@@ -1615,6 +1652,15 @@ impl ZImageTurboSet {
                 self.joyimage.axes, self.joyimage.head_dim
             )));
         }
+        if self.ernie.text_dim != self.ministral.hidden
+            || Some(self.ernie.axes) != crate::ernie::rope_axes(self.ernie.head_dim)
+        {
+            return Err(Error::Invalid(format!(
+                "ERNIE-Image's text width {} is not Ministral 3 3B's {}, or its RoPE widths {:?} are not the \
+                 split of its {}-wide heads",
+                self.ernie.text_dim, self.ministral.hidden, self.ernie.axes, self.ernie.head_dim
+            )));
+        }
         if self.mage_flow.text_dim != self.qwen3vl_4b.hidden {
             return Err(Error::Invalid(format!(
                 "Mage-Flow's text width {} is not Qwen3-VL 4B's {}",
@@ -1790,6 +1836,9 @@ pub fn write_family(
         }
         SynthFamily::TextEncoder(TextEncoderFamily::Mistral3) => {
             write_mistral3(path, &set.mistral3, dtype, seed, progress)
+        }
+        SynthFamily::TextEncoder(TextEncoderFamily::Ernie) => {
+            write_mistral3(path, &set.ministral, dtype, seed, progress)
         }
         SynthFamily::Lora(DiffusionFamily::QwenImage) => {
             write_qwen_image_lora(path, &set.qwen_image, dtype, seed, progress)
@@ -1991,7 +2040,8 @@ pub fn write_family(
             | DiffusionFamily::HunyuanVideo15
             | DiffusionFamily::MageFlow
             | DiffusionFamily::JoyImage
-            | DiffusionFamily::ChromaRadiance),
+            | DiffusionFamily::ChromaRadiance
+            | DiffusionFamily::Ernie),
         ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
         SynthFamily::Diffusion(DiffusionFamily::OvisImage) => {
             let specs = specs_of(flux::expected(&ovis_config(set)));
@@ -2050,6 +2100,10 @@ pub fn write_family(
             let config = chroma_radiance_config(&set.chroma, set.chroma_radiance_nerf);
             let specs = specs_of(crate::chroma_radiance::expected(&config));
             write_one(path, &specs, CHROMA_RADIANCE, "Chroma Radiance DiT", dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::Ernie) => {
+            let specs = specs_of(crate::ernie::expected(&set.ernie));
+            write_one(path, &specs, ERNIE, "ERNIE-Image DiT", dtype, seed, progress)
         }
         SynthFamily::Diffusion(DiffusionFamily::JoyImage) => {
             let specs = specs_of(crate::joyimage::expected(&set.joyimage));
@@ -2907,9 +2961,10 @@ pub fn write_umt5(
     write_one(path, &specs, UMT5, "umT5-XXL text encoder", dtype, seed, progress)
 }
 
-/// Writes a random-weight Mistral Small 3.x of `config` to `path` under the released names, with a
-/// `tekken_model` tensor: a tekken JSON of the same schema whose vocabulary is the 256 bytes (ids 1000-1255) and
-/// whose 1000 special tokens are Mistral's, so any prompt tokenises within `config.vocab` (at least 1256).
+/// Writes a random-weight Mistral Small 3.x (or Ministral 3 3B) of `config` to `path` under the released names,
+/// with a `tekken_model` tensor: a tekken JSON of the same schema whose vocabulary is the 256 bytes (ids
+/// 1000-1255) and whose 1000 special tokens are Mistral's, so any prompt tokenises within `config.vocab` (at
+/// least 1256).
 pub fn write_mistral3(
     path: &Path,
     config: &qwen3::Config,
@@ -2924,7 +2979,7 @@ pub fn write_mistral3(
         shape: vec![json.len()],
         init: Init::Bytes(json),
     });
-    write_one(path, &specs, MISTRAL3, "Mistral Small 3 text encoder", dtype, seed, progress)
+    write_one(path, &specs, MISTRAL3, "Mistral text encoder", dtype, seed, progress)
 }
 
 /// A Wan DiT of width `dim` (heads of 128), feed-forward `ffn_dim`, `layers` blocks and `(in, out)` channels,

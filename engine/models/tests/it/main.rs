@@ -13,6 +13,8 @@ mod clip_vision;
 mod comfy_sampling;
 mod common;
 mod dancer;
+mod ernie;
+mod ernie_te;
 mod esrgan;
 mod flux;
 mod flux2;
