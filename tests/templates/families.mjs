@@ -223,6 +223,9 @@ const kilnFiles = [
   // makes it ERNIE-Image's encoder; the prompt enhancer is another Ministral 3 3B, which TextGenerate runs).
   { folder: 'diffusion_models', stem: /^ernie-image/i, family: 'ernie-image' },
   { folder: 'text_encoders', stem: /^(ministral-3-3b|ernie-image-prompt-enhancer)[_.]/i, family: 'ministral3-3b' },
+  // PixelDiT: its pixel-space DiT (patch tokens, then per-pixel blocks) on Gemma 2 2B (the gemma_2_2b rule above;
+  // CLIPLoader type `pixeldit`), with VAELoader's `pixel_space`.
+  { folder: 'diffusion_models', stem: /^pixeldit_/i, family: 'pixeldit' },
   // HunyuanVideo 1.5 (text and image to video, 720p) and Capybara (its architecture: image and video editing,
   // text to image), their 32-channel, 16× VAE, and ByT5 small glyph, the second of their text encoders
   // (DualCLIPLoader type `hunyuan_video_15`, beside the Qwen2.5-VL 7B above).

@@ -60,6 +60,7 @@ pub mod music_features;
 mod named;
 pub mod noise;
 pub mod omnigen2;
+pub mod pixeldit;
 pub mod prompt_weights;
 pub mod quant;
 pub mod qwen3;

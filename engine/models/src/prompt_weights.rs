@@ -269,6 +269,17 @@ pub fn has_weights(sections: &[Vec<Weighted>]) -> bool {
     sections.iter().flatten().any(|&(_, w)| w != 1.0)
 }
 
+/// ComfyUI's escape/unescape round trip of the weighting syntax when weights are disabled: `\)` → `)` and
+/// `\(` → `(` (in that order, as ComfyUI escapes them), and the two control-character pairs its escaping uses
+/// as placeholders (`\0\1`, `\0\2`) turn into `)` and `(` as well, as they do there.
+pub(crate) fn unescape_parentheses(prompt: &str) -> String {
+    prompt
+        .replace("\\)", "\0\u{1}")
+        .replace("\\(", "\0\u{2}")
+        .replace("\0\u{1}", ")")
+        .replace("\0\u{2}", "(")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,7 @@ use crate::latent::LatentFormat;
 use crate::lora::LoraPatches;
 use crate::mage_flow::{self, MageFlow};
 use crate::omnigen2::{self, OmniGen2};
+use crate::pixeldit::{self, PixelDit};
 use crate::qwen_image::{self, QwenImage};
 use crate::rope::RopeOptions;
 use crate::sampling::{DiscreteSampling, FlowSampling, ModelSampling, Prediction};
@@ -115,11 +116,14 @@ pub enum DiffusionFamily {
     /// ERNIE-Image (and Turbo): a single-stream DiT with one shared modulation, image and text tokens joined, over
     /// Ministral 3 3B's states, in FLUX.2's latent space.
     Ernie,
+    /// PixelDiT: joint-attention blocks over pixel patches and Gemma 2 2B's states, then per-pixel blocks
+    /// modulated by their patch's token; it denoises RGB pixels (no VAE).
+    PixelDit,
 }
 
 impl DiffusionFamily {
     /// Every family, in the order detection tries them.
-    pub const ALL: [DiffusionFamily; 27] = [
+    pub const ALL: [DiffusionFamily; 28] = [
         DiffusionFamily::ZImage,
         DiffusionFamily::Lumina2,
         // Before FLUX.1, whose detection refuses Radiance's files.
@@ -150,6 +154,7 @@ impl DiffusionFamily {
         DiffusionFamily::MageFlow,
         DiffusionFamily::JoyImage,
         DiffusionFamily::Ernie,
+        DiffusionFamily::PixelDit,
     ];
 
     /// The family's name in messages (`Z-Image`).
@@ -178,6 +183,7 @@ impl DiffusionFamily {
             DiffusionFamily::Krea2 => krea2::family::NAME,
             DiffusionFamily::JoyImage => joyimage::family::NAME,
             DiffusionFamily::Ernie => ernie::family::NAME,
+            DiffusionFamily::PixelDit => pixeldit::family::NAME,
             DiffusionFamily::ChromaRadiance => chroma_radiance::family::NAME,
             DiffusionFamily::MageFlow => mage_flow::family::NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_NAME,
@@ -209,6 +215,7 @@ impl DiffusionFamily {
             DiffusionFamily::Krea2 => krea2::family::LATENT,
             DiffusionFamily::JoyImage => joyimage::family::LATENT,
             DiffusionFamily::Ernie => ernie::family::LATENT,
+            DiffusionFamily::PixelDit => pixeldit::family::LATENT,
             DiffusionFamily::ChromaRadiance => chroma_radiance::family::LATENT,
             DiffusionFamily::MageFlow => mage_flow::family::LATENT,
             DiffusionFamily::Sdxl | DiffusionFamily::SdxlRefiner => unet::family::SDXL_LATENT,
@@ -285,6 +292,9 @@ impl DiffusionFamily {
             DiffusionFamily::Ernie => {
                 FlowSampling::new(ernie::family::SHIFT, ernie::family::MULTIPLIER).into()
             }
+            DiffusionFamily::PixelDit => {
+                FlowSampling::new(pixeldit::family::SHIFT, pixeldit::family::MULTIPLIER).into()
+            }
             // Chroma's settings: ModelSamplingFlux at ComfyUI's default μ.
             DiffusionFamily::ChromaRadiance => {
                 FlowSampling::flux(chroma_radiance::family::SHIFT).into()
@@ -324,6 +334,7 @@ impl DiffusionFamily {
             }
             DiffusionFamily::JoyImage => &[joyimage::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::Ernie => &[ernie::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
+            DiffusionFamily::PixelDit => &[pixeldit::family::CHECKPOINT_TEXT_ENCODER_PREFIX],
             DiffusionFamily::Sd3 => &[
                 sd3::family::CHECKPOINT_CLIP_L_PREFIX,
                 sd3::family::CHECKPOINT_CLIP_G_PREFIX,
@@ -363,6 +374,7 @@ impl DiffusionFamily {
             DiffusionFamily::Krea2 => crate::family::KREA2_CLIP_TYPE,
             DiffusionFamily::MageFlow => crate::family::MAGE_CLIP_TYPE,
             DiffusionFamily::JoyImage => crate::family::JOYIMAGE_CLIP_TYPE,
+            DiffusionFamily::PixelDit => crate::family::PIXELDIT_CLIP_TYPE,
             // Ministral 3 3B is ERNIE-Image's encoder whatever the type.
             DiffusionFamily::Ernie
             | DiffusionFamily::ZImage
@@ -422,6 +434,8 @@ impl DiffusionFamily {
                 (VaeFamily::Wan21, joyimage::family::CHECKPOINT_VAE_PREFIX)
             }
             DiffusionFamily::Ernie => (VaeFamily::Flux2, ernie::family::CHECKPOINT_VAE_PREFIX),
+            // A checkpoint would hold no VAE (`pixel_space`); the prefix is where one would be.
+            DiffusionFamily::PixelDit => (VaeFamily::Flux, pixeldit::family::CHECKPOINT_VAE_PREFIX),
             // A checkpoint would hold no VAE (`pixel_space`); Chroma's prefix is where one would be.
             DiffusionFamily::ChromaRadiance => {
                 (VaeFamily::Flux, flux::family::CHECKPOINT_VAE_PREFIX)
@@ -456,6 +470,7 @@ impl DiffusionFamily {
             DiffusionFamily::MageFlow => mage_flow::family::SYNTH_NAME,
             DiffusionFamily::JoyImage => joyimage::family::SYNTH_NAME,
             DiffusionFamily::Ernie => ernie::family::SYNTH_NAME,
+            DiffusionFamily::PixelDit => pixeldit::family::SYNTH_NAME,
             DiffusionFamily::ChromaRadiance => chroma_radiance::family::SYNTH_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_NAME,
@@ -489,6 +504,7 @@ impl DiffusionFamily {
             DiffusionFamily::MageFlow => mage_flow::family::SYNTH_LORA_NAME,
             DiffusionFamily::JoyImage => joyimage::family::SYNTH_LORA_NAME,
             DiffusionFamily::Ernie => ernie::family::SYNTH_LORA_NAME,
+            DiffusionFamily::PixelDit => pixeldit::family::SYNTH_LORA_NAME,
             DiffusionFamily::ChromaRadiance => chroma_radiance::family::SYNTH_LORA_NAME,
             DiffusionFamily::Sdxl => unet::family::SDXL_SYNTH_LORA_NAME,
             DiffusionFamily::SdxlRefiner => unet::family::SDXL_REFINER_SYNTH_LORA_NAME,
@@ -544,6 +560,7 @@ impl DiffusionFamily {
             DiffusionFamily::MageFlow => mage_flow::detect(h)?.map(DiffusionDetected::MageFlow),
             DiffusionFamily::JoyImage => joyimage::detect(h)?.map(DiffusionDetected::JoyImage),
             DiffusionFamily::Ernie => ernie::detect(h)?.map(DiffusionDetected::Ernie),
+            DiffusionFamily::PixelDit => pixeldit::detect(h)?.map(DiffusionDetected::PixelDit),
             DiffusionFamily::ChromaRadiance => {
                 chroma_radiance::detect(h)?.map(DiffusionDetected::ChromaRadiance)
             }
@@ -647,6 +664,8 @@ pub enum DiffusionDetected {
     JoyImage(joyimage::Config),
     /// ERNIE-Image's DiT.
     Ernie(ernie::Config),
+    /// PixelDiT's DiT.
+    PixelDit(pixeldit::Config),
     /// Chroma Radiance's DiT.
     ChromaRadiance(chroma_radiance::Config),
 }
@@ -692,6 +711,7 @@ impl DiffusionDetected {
             DiffusionDetected::MageFlow(_) => DiffusionFamily::MageFlow,
             DiffusionDetected::JoyImage(_) => DiffusionFamily::JoyImage,
             DiffusionDetected::Ernie(_) => DiffusionFamily::Ernie,
+            DiffusionDetected::PixelDit(_) => DiffusionFamily::PixelDit,
             DiffusionDetected::ChromaRadiance(_) => DiffusionFamily::ChromaRadiance,
         }
     }
@@ -752,6 +772,8 @@ impl DiffusionDetected {
             DiffusionDetected::JoyImage(_) => NO_F16,
             // ComfyUI's `ErnieImage`: bf16 or f32.
             DiffusionDetected::Ernie(_) => NO_F16,
+            // ComfyUI's `PixelDiTT2I`: bf16 or f32.
+            DiffusionDetected::PixelDit(_) => NO_F16,
             // Chroma's (FLUX.1's) dtypes.
             DiffusionDetected::ChromaRadiance(_) => BF16_FIRST,
         }
@@ -793,6 +815,7 @@ impl DiffusionDetected {
             DiffusionDetected::MageFlow(config) => mage_flow::load_plan(h, config),
             DiffusionDetected::JoyImage(config) => joyimage::load_plan(h, config),
             DiffusionDetected::Ernie(config) => ernie::load_plan(h, config),
+            DiffusionDetected::PixelDit(config) => pixeldit::load_plan(h, config),
             DiffusionDetected::ChromaRadiance(config) => chroma_radiance::load_plan(h, config),
         }
     }
@@ -834,6 +857,9 @@ impl DiffusionDetected {
             }
             DiffusionDetected::Ernie(config) => {
                 DiffusionNet::Ernie(ErnieImage::new(config, weights))
+            }
+            DiffusionDetected::PixelDit(config) => {
+                DiffusionNet::PixelDit(PixelDit::new(config, weights))
             }
             DiffusionDetected::ChromaRadiance(config) => {
                 DiffusionNet::ChromaRadiance(ChromaRadiance::new(config, weights))
@@ -1065,6 +1091,8 @@ pub enum DiffusionNet {
     JoyImage(JoyImage),
     /// ERNIE-Image's DiT.
     Ernie(ErnieImage),
+    /// PixelDiT's DiT.
+    PixelDit(PixelDit),
     /// Chroma Radiance's DiT.
     ChromaRadiance(ChromaRadiance),
 }
@@ -1089,6 +1117,7 @@ impl DiffusionNet {
             DiffusionNet::MageFlow(_) => DiffusionFamily::MageFlow,
             DiffusionNet::JoyImage(_) => DiffusionFamily::JoyImage,
             DiffusionNet::Ernie(_) => DiffusionFamily::Ernie,
+            DiffusionNet::PixelDit(_) => DiffusionFamily::PixelDit,
             DiffusionNet::ChromaRadiance(_) => DiffusionFamily::ChromaRadiance,
         }
     }
@@ -1111,6 +1140,7 @@ impl DiffusionNet {
             DiffusionNet::MageFlow(net) => &net.weights,
             DiffusionNet::JoyImage(net) => &net.weights,
             DiffusionNet::Ernie(net) => &net.weights,
+            DiffusionNet::PixelDit(net) => &net.weights,
             DiffusionNet::ChromaRadiance(net) => net.weights(),
         }
     }
@@ -1144,6 +1174,7 @@ impl DiffusionNet {
             | DiffusionNet::OmniGen2(_)
             | DiffusionNet::JoyImage(_)
             | DiffusionNet::Ernie(_)
+            | DiffusionNet::PixelDit(_)
             | DiffusionNet::ChromaRadiance(_)
             | DiffusionNet::HunyuanVideo(_) => Err(crate::Error::Invalid(format!(
                 "Kiln applies no LoRA to {} yet",
@@ -1174,6 +1205,7 @@ impl DiffusionNet {
             | DiffusionNet::Krea2(_)
             | DiffusionNet::JoyImage(_)
             | DiffusionNet::Ernie(_)
+            | DiffusionNet::PixelDit(_)
             | DiffusionNet::ChromaRadiance(_)
             | DiffusionNet::MageFlow(_) => 0,
         }
@@ -1198,6 +1230,7 @@ impl DiffusionNet {
             | DiffusionNet::Krea2(_)
             | DiffusionNet::JoyImage(_)
             | DiffusionNet::Ernie(_)
+            | DiffusionNet::PixelDit(_)
             | DiffusionNet::ChromaRadiance(_)
             | DiffusionNet::MageFlow(_) => None,
         }
@@ -1222,6 +1255,7 @@ impl DiffusionNet {
             | DiffusionNet::Krea2(_)
             | DiffusionNet::JoyImage(_)
             | DiffusionNet::Ernie(_)
+            | DiffusionNet::PixelDit(_)
             | DiffusionNet::ChromaRadiance(_)
             | DiffusionNet::MageFlow(_) => None,
         }
@@ -1292,12 +1326,15 @@ impl DiffusionNet {
         }
         let honours_rope = matches!(
             self,
-            DiffusionNet::Wan(_) | DiffusionNet::QwenImage(_) | DiffusionNet::Ernie(_)
+            DiffusionNet::Wan(_)
+                | DiffusionNet::QwenImage(_)
+                | DiffusionNet::Ernie(_)
+                | DiffusionNet::PixelDit(_)
         );
         if !input.rope.is_identity() && !honours_rope {
             return Err(crate::Error::Invalid(format!(
-                "ScaleROPE's scales and shifts are applied to Wan, Qwen-Image and ERNIE-Image models; Kiln does not \
-                 apply them to a {} model yet",
+                "ScaleROPE's scales and shifts are applied to Wan, Qwen-Image, ERNIE-Image and PixelDiT models; \
+                 Kiln does not apply them to a {} model yet",
                 self.family().name()
             )));
         }
@@ -1540,6 +1577,11 @@ impl DiffusionNet {
                 };
                 let options = input.radiance.unwrap_or_default();
                 net.forward(b, input.x, input.timesteps, input.context, guidance, &options)
+            }
+            // PixelDiT reads no reference latents and ignores the text mask (ComfyUI's forward passes None).
+            DiffusionNet::PixelDit(net) => {
+                refuse_controls(self.family(), input.controls, input.patches)?;
+                net.forward_with_rope(b, input.x, input.timesteps, input.context, &input.rope)
             }
             // ERNIE-Image reads no reference latents (ComfyUI's forward takes none).
             DiffusionNet::Ernie(net) => {

@@ -118,10 +118,14 @@ pub enum TextEncoderFamily {
     /// ComfyUI's generic Qwen3-VL encoder once `CLIPLoader`'s type makes it no model's own (its last layer before
     /// the final norm over the plain chat template; `TextGenerate` with images).
     Qwen3Vl,
-    /// Lumina 2's Gemma 2 2B (whatever `CLIPLoader`'s type, as ComfyUI's `detect_te_model`): layer `layers − 2`'s
-    /// output over the prompt as it is after `<bos>`, prompt weights applied, tokenised by the SentencePiece
-    /// model its file carries; no pooled vector.
+    /// Lumina 2's Gemma 2 2B (whatever `CLIPLoader`'s type but `pixeldit`, as ComfyUI's `detect_te_model`): layer
+    /// `layers − 2`'s output over the prompt as it is after `<bos>`, prompt weights applied, tokenised by the
+    /// SentencePiece model its file carries; no pooled vector.
     Gemma2,
+    /// PixelDiT's Gemma 2 2B (`CLIPLoader` type `pixeldit`): the last layer through the final norm over PixelDiT's
+    /// instruction and the prompt padded to its length, `<bos>`'s row and the last 299 kept. Never detected as
+    /// such.
+    PixelDit,
 }
 
 impl TextEncoderFamily {
@@ -169,6 +173,7 @@ impl TextEncoderFamily {
             TextEncoderFamily::HunyuanVideo => "HunyuanVideo's CLIP-L + LLaVA-Llama 3",
             TextEncoderFamily::Anima => "Anima's Qwen3 0.6B",
             TextEncoderFamily::Gemma2 => gemma2::NAME,
+            TextEncoderFamily::PixelDit => "PixelDiT's Gemma 2 2B",
         }
     }
 
@@ -209,7 +214,8 @@ impl TextEncoderFamily {
             TextEncoderFamily::HunyuanVideo => "hunyuan-video-text-encoders",
             // A Qwen3 file of Qwen3 0.6B's width.
             TextEncoderFamily::Anima => qwen3::family::QWEN3_06B_SYNTH_NAME,
-            TextEncoderFamily::Gemma2 => gemma2::SYNTH_NAME,
+            // A Gemma 2 file (CLIPLoader's type makes it PixelDiT's).
+            TextEncoderFamily::Gemma2 | TextEncoderFamily::PixelDit => gemma2::SYNTH_NAME,
         }
     }
 
@@ -258,7 +264,8 @@ impl TextEncoderFamily {
             | TextEncoderFamily::HunyuanVideo15
             | TextEncoderFamily::HunyuanVideo
             | TextEncoderFamily::Anima
-            | TextEncoderFamily::Gemma2 => {
+            | TextEncoderFamily::Gemma2
+            | TextEncoderFamily::PixelDit => {
                 let _ = (slots, strength);
                 Ok(LoraPatches {
                     patches: Vec::new(),
@@ -305,6 +312,7 @@ impl TextEncoderFamily {
             | TextEncoderFamily::MageFlow
             | TextEncoderFamily::JoyImage
             | TextEncoderFamily::Ernie
+            | TextEncoderFamily::PixelDit
             | TextEncoderFamily::Kandinsky5
             | TextEncoderFamily::HunyuanVideo15
             | TextEncoderFamily::HunyuanVideo
@@ -347,6 +355,8 @@ pub enum TextEncoderDetected {
     Anima(qwen3::Config),
     /// Gemma 2 (Lumina 2's encoder), and where its tokenizer is.
     Gemma2(gemma2::Gemma2File),
+    /// A Gemma 2 file as PixelDiT's encoder (from [`TextEncoderDetected::for_clip_type`] with type `pixeldit`).
+    PixelDit(gemma2::Gemma2File),
 }
 
 impl TextEncoderDetected {
@@ -377,6 +387,7 @@ impl TextEncoderDetected {
             TextEncoderDetected::Qwen3Vl(_, _, None) => TextEncoderFamily::Qwen3Vl,
             TextEncoderDetected::Anima(_) => TextEncoderFamily::Anima,
             TextEncoderDetected::Gemma2(_) => TextEncoderFamily::Gemma2,
+            TextEncoderDetected::PixelDit(_) => TextEncoderFamily::PixelDit,
         }
     }
 
@@ -416,7 +427,9 @@ impl TextEncoderDetected {
             TextEncoderDetected::Mistral3(found) => mistral3::load_plan_for(h, found),
             TextEncoderDetected::Umt5(found) => t5::umt5_load_plan(h, &found.config),
             TextEncoderDetected::Llama3(config) => llama3::load_plan(h, config),
-            TextEncoderDetected::Gemma2(found) => gemma2::load_plan(h, &found.config),
+            TextEncoderDetected::Gemma2(found) | TextEncoderDetected::PixelDit(found) => {
+                gemma2::load_plan(h, &found.config)
+            }
         }
     }
 
@@ -511,11 +524,11 @@ impl TextEncoderDetected {
             TextEncoderDetected::Mistral3(found) => Ok(TextEncoderDetected::Mistral3(found)),
             // ComfyUI makes Gemma 2 2B Lumina 2's encoder with any type but `pixeldit` (PixelDiT's, with its own
             // tokenizer options).
-            TextEncoderDetected::Gemma2(_) if kind == PIXELDIT_CLIP_TYPE => Err(Error::Invalid(
-                "type `pixeldit` makes Gemma 2 2B PixelDiT's text encoder, which Kiln does not run; Lumina 2's is \
-                 the same file with type `lumina2`"
-                    .to_owned(),
-            )),
+            TextEncoderDetected::Gemma2(found) | TextEncoderDetected::PixelDit(found)
+                if kind == PIXELDIT_CLIP_TYPE =>
+            {
+                Ok(TextEncoderDetected::PixelDit(found))
+            }
             TextEncoderDetected::Umt5(found) if kind == t5::family::WAN_CLIP_TYPE => {
                 Ok(TextEncoderDetected::Umt5(found))
             }
@@ -626,6 +639,12 @@ impl TextEncoderDetected {
             TextEncoderDetected::Gemma2(found) => TextEncoderNet::Gemma2 {
                 tokenizer: found.tokenizer()?,
                 model: Qwen3::new(found.config, weights),
+                pixeldit: false,
+            },
+            TextEncoderDetected::PixelDit(found) => TextEncoderNet::Gemma2 {
+                tokenizer: found.tokenizer()?,
+                model: Qwen3::new(found.config, weights),
+                pixeldit: true,
             },
             TextEncoderDetected::T5Alone(config) => TextEncoderNet::T5Xxl {
                 model: T5::new(config, weights),
@@ -983,12 +1002,14 @@ pub enum TextEncoderNet {
     HunyuanVideo15(Box<HunyuanVideo15Encoders>),
     /// HunyuanVideo 1.0's LLaVA-Llama 3 and CLIP-L with their tokenizers.
     HunyuanVideo1(Box<HunyuanVideo1Encoders>),
-    /// Lumina 2's Gemma 2 (the Qwen3 decoder code) with the SentencePiece tokenizer of its file.
+    /// Lumina 2's or PixelDiT's Gemma 2 (the Qwen3 decoder code) with the SentencePiece tokenizer of its file.
     Gemma2 {
         /// The network.
         model: Qwen3,
         /// Its tokenizer.
         tokenizer: gemma2::Tokenizer,
+        /// PixelDiT's (`CLIPLoader` type `pixeldit`) rather than Lumina 2's.
+        pixeldit: bool,
     },
     /// Anima's Qwen3 0.6B (the Qwen3 decoder code) with the Qwen tokenizer, and T5's for the adapter's tokens.
     Anima {
@@ -1046,7 +1067,8 @@ impl TextEncoderNet {
             TextEncoderNet::HunyuanVideo15(_) => TextEncoderFamily::HunyuanVideo15,
             TextEncoderNet::HunyuanVideo1(_) => TextEncoderFamily::HunyuanVideo,
             TextEncoderNet::Anima { .. } => TextEncoderFamily::Anima,
-            TextEncoderNet::Gemma2 { .. } => TextEncoderFamily::Gemma2,
+            TextEncoderNet::Gemma2 { pixeldit: false, .. } => TextEncoderFamily::Gemma2,
+            TextEncoderNet::Gemma2 { pixeldit: true, .. } => TextEncoderFamily::PixelDit,
         }
     }
 
@@ -1198,6 +1220,7 @@ impl TextEncoderNet {
                 | TextEncoderDetected::Mistral3(_)
                 | TextEncoderDetected::T5Alone(_)
                 | TextEncoderDetected::Gemma2(_)
+                | TextEncoderDetected::PixelDit(_)
                 | TextEncoderDetected::Umt5(_) => {}
             }
         }
@@ -1330,8 +1353,11 @@ impl TextEncoderNet {
             TextEncoderNet::Mistral3 { tokenizer, size: mistral3::Size::Ministral3B, .. } => {
                 Ok(PromptTokens::Ids(tokenizer.plain_prompt(prompt)?))
             }
-            TextEncoderNet::Gemma2 { tokenizer, .. } => {
+            TextEncoderNet::Gemma2 { tokenizer, pixeldit: false, .. } => {
                 Ok(PromptTokens::Weighted(tokenizer.tokens(prompt)?))
+            }
+            TextEncoderNet::Gemma2 { tokenizer, pixeldit: true, .. } => {
+                Ok(PromptTokens::Ids(tokenizer.pixeldit_prompt(prompt)?))
             }
             TextEncoderNet::Umt5 { tokenizer, .. } => {
                 let layout = options.apply(&t5::UMT5_PROMPT_LAYOUT);
@@ -1831,6 +1857,24 @@ impl TextEncoderNet {
                 let empty = prompt_weights::Layout { end: None, ..t5::CHROMA_PROMPT_LAYOUT };
                 let cond = weighted_states(b, sections, &empty, |ids| model.hidden_state(b, ids))?;
                 Ok(Encoded::new(cond, None))
+            }
+            (TextEncoderNet::Gemma2 { model, pixeldit: true, .. }, PromptTokens::Ids(ids)) => {
+                if !images.is_empty() {
+                    return reads_no_images();
+                }
+                // The last layer through the final norm (`layer="last"`) under the padding mask, then `<bos>`'s
+                // row and the last 299 (`PixelDiTGemma2TE.encode_token_weights`).
+                let attended = gemma2::attended_keys(ids);
+                let states =
+                    model.tapped_hidden_states(b, ids, attended, &[model.config.layers])?;
+                let n = states.dim(1)?;
+                let keep = gemma2::PIXELDIT_MAX_LENGTH;
+                if n <= keep {
+                    return Ok(Encoded::new(states, None));
+                }
+                let first = b.slice(&states, 1, 0, 1)?;
+                let last = b.slice(&states, 1, n - (keep - 1), keep - 1)?;
+                Ok(Encoded::new(b.concat(&[&first, &last], 1)?, None))
             }
             (TextEncoderNet::Gemma2 { model, .. }, PromptTokens::Weighted(sections)) => {
                 if !images.is_empty() {

@@ -13,4 +13,6 @@ pub use config::{
     CHECKPOINT_SPIECE_MODEL, Gemma2File, HEAD_DIM, NAME, NORM, RMS_EPS, ROPE_THETA, SYNTH_NAME,
     load_plan,
 };
-pub use tokenizer::{END_OF_TURN, PAD, PROMPT_LAYOUT, START, Tokenizer, attended_keys};
+pub use tokenizer::{
+    END_OF_TURN, PAD, PIXELDIT_MAX_LENGTH, PROMPT_LAYOUT, START, Tokenizer, attended_keys,
+};

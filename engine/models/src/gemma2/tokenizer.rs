@@ -26,6 +26,27 @@ pub const PROMPT_LAYOUT: Layout = Layout {
     min_padding: None,
 };
 
+/// The instruction ComfyUI's PixelDiT tokenizer puts before a prompt (`_PIXELDIT_CHI_PROMPT`).
+const PIXELDIT_CHI_PROMPT: &str = "Given a user prompt, generate an \"Enhanced prompt\" that provides detailed visual \
+    descriptions suitable for image generation. Evaluate the level of detail in the user prompt:\n\
+    - If the prompt is simple, focus on adding specifics about colors, shapes, sizes, textures, and spatial \
+    relationships to create vivid and concrete scenes.\n\
+    - If the prompt is already detailed, refine and enhance the existing details slightly without \
+    overcomplicating.\n\
+    Here are examples of how to transform or refine prompts:\n\
+    - User Prompt: A cat sleeping -> Enhanced: A small, fluffy white cat curled up in a round shape, sleeping \
+    peacefully on a warm sunny windowsill, surrounded by pots of blooming red flowers.\n\
+    - User Prompt: A busy city street -> Enhanced: A bustling city street scene at dusk, featuring glowing street \
+    lamps, a diverse crowd of people in colorful clothing, and a double-decker bus passing by towering glass \
+    skyscrapers.\n\
+    Please generate only the enhanced description for the prompt below and avoid including any additional \
+    commentary or evaluations:\n\
+    User Prompt: ";
+/// How a prompt that already carries the instruction starts (`_PIXELDIT_CHI_PROMPT_DETECT_PREFIX`).
+const PIXELDIT_CHI_PREFIX: &str = "Given a user prompt, generate an \"Enhanced prompt\"";
+/// The states PixelDiT conditions on (`_PIXELDIT_MAX_LENGTH`): `<bos>`'s and the last 299.
+pub const PIXELDIT_MAX_LENGTH: usize = 300;
+
 /// The Gemma 2 tokenizer of a file.
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
@@ -41,6 +62,28 @@ impl Tokenizer {
     /// The weighted tokens ComfyUI's `LuminaTokenizer.tokenize_with_weights` gives for `prompt`: one section.
     pub fn tokens(&self, prompt: &str) -> Result<Vec<Vec<Weighted>>> {
         prompt_weights::tokenize(prompt, &PROMPT_LAYOUT, |word| self.word_ids(word))
+    }
+
+    /// The ids ComfyUI's PixelDiT tokenizer (`PixelDiTGemma2Tokenizer`) gives for `prompt`: an empty or blank
+    /// prompt is `<bos>` and [`PIXELDIT_MAX_LENGTH`] − 1 pads; any other is `<bos>` and the prompt after the
+    /// instruction (unless it starts with it), weights disabled, padded on the right and cut to the instruction's
+    /// length (with `<bos>`) + [`PIXELDIT_MAX_LENGTH`] − 2.
+    pub fn pixeldit_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        let mut ids = vec![START];
+        if prompt.trim().is_empty() {
+            ids.resize(PIXELDIT_MAX_LENGTH, PAD);
+            return Ok(ids);
+        }
+        let instruction = self.word_ids(PIXELDIT_CHI_PROMPT)?.len() + 1;
+        let length = instruction + PIXELDIT_MAX_LENGTH - 2;
+        let combined = if prompt.starts_with(PIXELDIT_CHI_PREFIX) {
+            prompt.to_owned()
+        } else {
+            format!("{PIXELDIT_CHI_PROMPT}{prompt}")
+        };
+        ids.extend(self.word_ids(&prompt_weights::unescape_parentheses(&combined))?);
+        ids.resize(length, PAD);
+        Ok(ids)
     }
 
     /// The ids `SDTokenizer` keeps of `word`: `SPieceTokenizer`'s ids (with `<bos>`) less the first. A word

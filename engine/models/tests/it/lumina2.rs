@@ -90,7 +90,7 @@ fn sampling_is_comfyuis_lumina2() {
 
 /// The reference's tiny Gemma 2: four heads of 16 over two key/value heads (Kiln's detection takes Gemma 2's
 /// heads to be 256 wide, as released).
-const TINY_GEMMA: qwen3::Config = qwen3::Config {
+pub(crate) const TINY_GEMMA: qwen3::Config = qwen3::Config {
     vocab: 600,
     hidden: 32,
     layers: 3,

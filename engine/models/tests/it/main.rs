@@ -43,6 +43,8 @@ mod music_features;
 mod noise;
 mod omnigen2;
 mod ovis;
+mod pixeldit;
+mod pixeldit_te;
 mod quant;
 mod qwen25vl;
 mod qwen25vl_vision;

@@ -553,6 +553,7 @@ fn one_file_of_a_family_is_written_under_any_name() {
             "mage-flow",
             "joyimage",
             "ernie-image",
+            "pixeldit",
             "qwen3vl-4b",
             "qwen3",
             "gemma2-2b",
