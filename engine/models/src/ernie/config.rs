@@ -92,11 +92,6 @@ pub fn detect(h: &Header) -> Result<Option<Config>> {
              must be a multiple of 16"
         )));
     };
-    if !hidden.is_multiple_of(2) {
-        return Err(h.unsupported(format!(
-            "{WHAT} {hidden} wide (its timestep sinusoid needs an even width)"
-        )));
-    }
     let text_proj = h.has(TEXT_PROJ);
     let config = Config {
         hidden,

@@ -58,8 +58,9 @@ pub enum TextEncoderFamily {
     /// FLUX.2 dev's: Mistral Small 3.x, hidden states 10, 20 and 30 side by side over ComfyUI's FLUX.2 template
     /// (no padding), tokenised by the Tekken tokenizer its file carries; no pooled vector.
     Mistral3,
-    /// ERNIE-Image's: Ministral 3 3B (a Mistral-shaped file of its width, or too shallow for FLUX.2's taps, whatever
-    /// `CLIPLoader`'s type, as ComfyUI's `detect_te_model`): the output of its second-to-last layer, un-normed,
+    /// ERNIE-Image's: Ministral 3 3B (a Mistral-shaped file of its width whatever `CLIPLoader`'s type, as ComfyUI's
+    /// `detect_te_model`; Kiln also takes a tiny one too shallow for FLUX.2's taps, which ComfyUI would call Llama
+    /// 3): the output of its second-to-last layer, un-normed,
     /// over the prompt as written after `<s>` (no template, weights disabled); no pooled vector. It generates text
     /// too (ERNIE-Image's prompt enhancer). Detected as a [`TextEncoderDetected::Mistral3`] of that size.
     Ernie,
@@ -81,9 +82,9 @@ pub enum TextEncoderFamily {
     /// states padded to T5-XXL's width, T5-XXL's after them; their pooled vectors joined. Any subset. Made by
     /// [`TextEncoderNet::combine`], never detected in one file.
     Sd3,
-    /// Ovis-Image's: Ovis 2.5's language model (a Qwen3 2B, the Qwen3 decoder code) made its by `CLIPLoader`'s
-    /// type `ovis`: its last hidden state over ComfyUI's Ovis template padded to 284 tokens, the pads' rows
-    /// zeroed, the template's prefix cut off. Never detected as such.
+    /// Ovis-Image's: Ovis 2.5's language model (a Qwen3 2B, the Qwen3 decoder code), told by its width whatever
+    /// `CLIPLoader`'s type (a tiny Qwen3 by type `ovis`): its last hidden state over ComfyUI's Ovis template padded
+    /// to 284 tokens, the pads' rows zeroed, the template's prefix cut off. Never detected as such.
     Ovis,
     /// Kandinsky 5's pair (`DualCLIPLoader` type `kandinsky5_image` or `kandinsky5`): Qwen2.5-VL's last layer's
     /// output (no final norm) over Kandinsky 5's template, the prefix cut off, and CLIP-L's pooled vector. Made by
@@ -492,8 +493,11 @@ impl TextEncoderDetected {
             {
                 Ok(TextEncoderDetected::Qwen3Vl(config.as_qwen3vl(), None, Some(role)))
             }
+            // ComfyUI tells Ovis 2.5's Qwen3 2B by its width, whatever the type; type `ovis` makes a file of no
+            // released Qwen3 width (a tiny one) Ovis-Image's too, never a released 4B or 8B.
             TextEncoderDetected::Qwen3(config) | TextEncoderDetected::Ovis(config)
-                if kind == OVIS_CLIP_TYPE =>
+                if config.hidden == qwen3::family::QWEN3_2B_HIDDEN
+                    || (kind == OVIS_CLIP_TYPE && !Qwen3VlRole::is_released_width(config.hidden)) =>
             {
                 Ok(TextEncoderDetected::Ovis(config))
             }
@@ -1602,9 +1606,10 @@ impl TextEncoderNet {
             TextEncoderNet::Anima { .. } => Err(crate::Error::Invalid(
                 "TextGenerate with Anima's Qwen3 0.6B encoder is not supported yet".to_owned(),
             )),
-            TextEncoderNet::Gemma2 { .. } => Err(crate::Error::Invalid(
-                "TextGenerate with Lumina 2's Gemma 2 encoder is not supported yet".to_owned(),
-            )),
+            TextEncoderNet::Gemma2 { .. } => Err(crate::Error::Invalid(format!(
+                "TextGenerate with {} encoder is not supported yet",
+                self.family().name()
+            ))),
             TextEncoderNet::Mistral3 { model, tokenizer, size: mistral3::Size::Ministral3B } => {
                 // ComfyUI's ERNIE tokenizer reads no template: the prompt as written after `<s>`.
                 let ids = tokenizer.plain_prompt(prompt)?;

@@ -67,7 +67,9 @@ impl Tokenizer {
     /// The ids ComfyUI's PixelDiT tokenizer (`PixelDiTGemma2Tokenizer`) gives for `prompt`: an empty or blank
     /// prompt is `<bos>` and [`PIXELDIT_MAX_LENGTH`] − 1 pads; any other is `<bos>` and the prompt after the
     /// instruction (unless it starts with it), weights disabled, padded on the right and cut to the instruction's
-    /// length (with `<bos>`) + [`PIXELDIT_MAX_LENGTH`] − 2.
+    /// length (with `<bos>`) + [`PIXELDIT_MAX_LENGTH`] − 2. Unlike ComfyUI, `embedding:<name>` is kept as
+    /// literal text (ComfyUI tokenises what follows a whitespace-preceded `embedding:` separately and drops the
+    /// name when no such embedding file exists).
     pub fn pixeldit_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
         let mut ids = vec![START];
         if prompt.trim().is_empty() {

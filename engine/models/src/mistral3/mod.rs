@@ -113,7 +113,7 @@ pub fn synth_tekken_json() -> &'static [u8] {
     })
 }
 
-/// A Mistral Small 3.x file as detected.
+/// A Mistral file as detected: Mistral Small 3.x or Ministral 3 3B ([`Detected::size`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Detected {
     /// The decoder's widths ([`Variant::Mistral3`]).
@@ -133,7 +133,11 @@ impl Detected {
             return Err(Error::Unsupported {
                 path: self.path.clone(),
                 msg: format!(
-                    "this Mistral Small file has no `{TEKKEN}` tensor, the tokenizer ComfyUI reads from it"
+                    "this {} file has no `{TEKKEN}` tensor, the tokenizer ComfyUI reads from it",
+                    match self.size {
+                        Size::Small24B => "Mistral Small",
+                        Size::Ministral3B => "Ministral 3 3B",
+                    }
                 ),
             });
         };
@@ -142,9 +146,11 @@ impl Detected {
     }
 }
 
-/// The Mistral Small 3.x text encoder in `h` (`None` when the file is not one), every width derived from the
-/// shapes but the head's. A file with fewer layers than the deepest tap, or a tensor missing, of an
-/// unsupported dtype or of a disagreeing shape, is [`crate::Error::Unsupported`] naming it.
+/// The Mistral text encoder in `h` (`None` when the file is not one): Mistral Small 3.x or Ministral 3 3B, every
+/// width derived from the shapes but the head's. A Mistral Small file (5120 wide) with fewer layers than the
+/// deepest tap, or a tensor missing, of an unsupported dtype or of a disagreeing shape, is
+/// [`crate::Error::Unsupported`] naming it; a file of neither released width that is too shallow for the taps is
+/// taken as Ministral's (Kiln's rule for tiny files; ComfyUI calls such a file Llama 3).
 pub fn detect(h: &Header) -> Result<Option<Detected>> {
     let present = |name: &str| h.has(name) || h.unsupported_dtypes().any(|(n, _)| n == name);
     let norm = "model.layers.0.post_attention_layernorm.weight";

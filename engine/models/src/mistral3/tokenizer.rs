@@ -132,7 +132,8 @@ impl Tokenizer {
 
     /// The ids ComfyUI's ERNIE-Image encoder (and `TextGenerate` on its Ministral 3 3B) runs on for `prompt`:
     /// the weights-disabled pre-pass of [`Tokenizer::flux2_prompt`], the prompt as written (no template; the
-    /// special tokens it writes become their ids) after [`BOS`]; no padding, no truncation.
+    /// special tokens it writes become their ids) after [`BOS`]; no padding, no truncation. `embedding:<name>`
+    /// stays literal text, as in [`Tokenizer::flux2_prompt`].
     pub fn plain_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
         let mut ids = vec![BOS];
         ids.extend(self.encode(&crate::prompt_weights::unescape_parentheses(prompt))?);

@@ -91,11 +91,12 @@ fn text_angles(n: usize, head_dim: usize) -> Vec<f64> {
     (0..n).flat_map(|i| freqs.iter().map(move |f| i as f64 * f)).collect()
 }
 
-/// The RoPE tables of `angles` (`pairs` a token), as f32.
+/// The RoPE tables of `angles` (`pairs` a token), in the compute type, as ComfyUI casts them to the input's type
+/// (`precompute_freqs_cis_2d`, `_fetch_text_pos`).
 fn rope_of<B: Backend>(b: &B, angles: &[f64], pairs: usize) -> Result<Rope<B>> {
     let cos: Vec<f32> = angles.iter().map(|a| a.cos() as f32).collect();
     let sin: Vec<f32> = angles.iter().map(|a| a.sin() as f32).collect();
-    Rope::upload(b, &cos, &sin, pairs, DType::F32)
+    Rope::upload(b, &cos, &sin, pairs, b.compute_dtype())
 }
 
 /// `[ts.len(), 256]` row-major: for each t, cos then sin of `t · f_k` with f_k = exp(−ln(10) · k / 128) (ComfyUI's

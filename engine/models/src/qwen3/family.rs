@@ -18,6 +18,9 @@ pub const QWEN3_8B_HIDDEN: usize = 4096;
 /// Qwen3-4B's (and Qwen3-VL 4B's) hidden width: ComfyUI's `detect_te_model` calls a Qwen3-VL whose vision merger
 /// gives this many features (the language model's width) Qwen3-VL 4B, any other Qwen3-VL 8B.
 pub const QWEN3_4B_HIDDEN: usize = 2560;
+/// Qwen3 2B's hidden width (Ovis 2.5's language model): ComfyUI makes any Qwen3 of this width Ovis-Image's encoder
+/// (its `QWEN3_2B`), whatever the CLIPLoader type.
+pub const QWEN3_2B_HIDDEN: usize = 2048;
 /// Qwen3-VL 32B's hidden width (MiniMax H3's conditioning encoder, which Kiln does not run).
 pub const QWEN3VL_32B_HIDDEN: usize = 5120;
 /// The name `kiln model synth` gives FLUX.2 Klein's encoder: a Qwen3 file deep enough for Klein's taps (not yet

@@ -751,7 +751,6 @@ impl<B: Backend> Clone for ImageTokens<B> {
     }
 }
 
-/// A run of the prompt: text tokens, or an image where its `<|image_pad|>` was.
 /// How [`Qwen3::generate_with_images`] lays a prompt's images out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImageLayout {
@@ -763,6 +762,7 @@ pub enum ImageLayout {
     Inline,
 }
 
+/// A run of the prompt: text tokens, or an image where its `<|image_pad|>` was.
 enum Piece<'a, B: Backend> {
     Text(&'a [u32]),
     Image(&'a ImageTokens<B>),

@@ -176,4 +176,17 @@ fn clip_types_give_qwen3vl_roles_by_size_as_comfyui_does() {
     }
     let generic = family(TextEncoderDetected::Qwen3Vl(vl(2560), None, None), "stable_diffusion");
     assert_eq!(generic.expect("generic"), TextEncoderFamily::Qwen3Vl);
+
+    // Ovis 2.5's Qwen3 2B by its width, whatever the type; type `ovis` never makes a released 4B or 8B Ovis's.
+    let text_only = |hidden| qwen3::Config { hidden, variant: qwen3::Variant::Qwen3, ..TINY };
+    for (hidden, kind, want) in [
+        (2048, "stable_diffusion", TextEncoderFamily::Ovis),
+        (2048, "ovis", TextEncoderFamily::Ovis),
+        (2560, "ovis", TextEncoderFamily::Qwen3),
+        (4096, "ovis", TextEncoderFamily::Flux2Klein),
+        (TINY.hidden, "ovis", TextEncoderFamily::Ovis),
+    ] {
+        let got = family(TextEncoderDetected::Qwen3(text_only(hidden)), kind).expect(kind);
+        assert_eq!(got, want, "{hidden} wide, type {kind}");
+    }
 }
