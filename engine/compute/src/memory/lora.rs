@@ -16,6 +16,7 @@ use crate::backend::{Backend, BinaryOp};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::DevPtr;
+use crate::quant::Quant;
 use crate::tensor::{Tensor, Weight, numel};
 
 /// Alignment of each tensor inside a packed patch image.
@@ -318,6 +319,64 @@ pub fn apply_requantized<B: Backend>(
     let scaled = b.affine(&w, 1.0 / scale, 0.0)?;
     b.store(&scaled, target.ptr(), target.dtype(), Some(seed))?;
     Ok(scale)
+}
+
+/// Patches an `int8_tensorwise` weight ([`Quant::Int8`]) in place the way ComfyUI re-quantizes one
+/// (`requantize_from_float` with `scale="recalculate"`, comfy-kitchen's `quantize_int8_convrot_weight` /
+/// `quantize_int8_rowwise` / `quantize_int8_tensorwise`): its values dequantized (rotated back), patched in f32
+/// as [`apply`] does, rotated again by ConvRot's Hadamard groups when the format has them, then new scales —
+/// each row's (or the whole weight's) largest magnitude over 127, at least 1e-30 — and `⌊W / s + u⌋` clamped to
+/// ±127/−128 with `u` a uniform draw per element (stochastic rounding; Kiln's draw from `seed`, as [`apply`]'s,
+/// not torch's generator). The values and the scale table are written over the weight's bytes; its readers
+/// keep reading the format as before.
+///
+/// The rounding runs on the host (a patched weight is re-quantized once per patch set when resident, at each
+/// fetch when streamed).
+pub fn apply_requantized_int8<B: Backend>(
+    b: &B,
+    target: &Weight<'_>,
+    patches: &[Patch<Weight<'_>>],
+    seed: u64,
+) -> Result<()> {
+    let Quant::Int8 { per_row, convrot, .. } = target.quant() else {
+        return Err(Error::Unsupported(format!(
+            "re-quantizing a {} weight as int8",
+            target.quant().name()
+        )));
+    };
+    let w = patched(b, target, patches)?;
+    let mut values = b.to_f32(&w)?;
+    let rows = if per_row { target.shape().first().copied().unwrap_or(1) } else { 1 };
+    if rows == 0 || values.len() % rows != 0 {
+        return Err(Error::Unsupported(format!(
+            "re-quantizing an int8 weight of shape {:?} by rows",
+            target.shape()
+        )));
+    }
+    let width = values.len() / rows;
+    if let Some(g) = convrot {
+        if width % g != 0 {
+            return Err(Error::Unsupported(format!(
+                "ConvRot groups of {g} across rows of {width} values"
+            )));
+        }
+        crate::quant::hadamard_rotate(&mut values, g);
+    }
+    let scales: Vec<f32> = values
+        .chunks_exact(width)
+        .map(|row| (row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0).max(1e-30))
+        .collect();
+    for (r, row) in values.chunks_exact_mut(width).enumerate() {
+        let s = scales[r];
+        for (i, v) in row.iter_mut().enumerate() {
+            let u = crate::backend::cpu::store::uniform(seed, (r * width + i) as u64);
+            *v = (*v / s + u).floor().clamp(-128.0, 127.0);
+        }
+    }
+    let q = b.from_f32(target.shape(), &values, DType::F32)?;
+    b.store(&q, target.ptr(), DType::I8, None)?;
+    let table = b.from_f32(&[scales.len()], &scales, DType::F32)?;
+    b.store(&table, target.table(), DType::F32, None)
 }
 
 /// The weight's values (its quantization scale applied) with every patch applied, in f32.

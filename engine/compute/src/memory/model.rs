@@ -28,7 +28,9 @@ use indexmap::IndexMap;
 
 use super::device::{DevPtr, DeviceMemory, StreamId};
 use super::loader::{LoadStats, SafetensorsFile};
-use super::lora::{PatchLayout, PatchSet, apply, apply_requantized, seed_for_key};
+use super::lora::{
+    PatchLayout, PatchSet, apply, apply_requantized, apply_requantized_int8, seed_for_key,
+};
 use super::manager::{Lane, MemoryManager};
 use super::pins::{ModelId, ModuleId, PinOutcome, Subset};
 use super::vram::{Fault, Signature, VbarId};
@@ -520,10 +522,12 @@ impl Model {
                     )));
                 }
                 Some(slot)
-                    if !matches!(slot.quant, Quant::None | Quant::Tensor(_))
-                        && !set.patches.is_empty() =>
+                    if !matches!(
+                        slot.quant,
+                        Quant::None | Quant::Tensor(_) | Quant::Int8 { .. }
+                    ) && !set.patches.is_empty() =>
                 {
-                    // Per-tensor scaled fp8 is re-quantized with a new scale, as ComfyUI does; the row and
+                    // Per-tensor scaled fp8 and int8 are re-quantized with new scales, as ComfyUI does; the
                     // block formats would need their own re-quantization.
                     return Err(Error::Unsupported(format!(
                         "a LoRA on {name}, a quantized ({} {}) weight: patching {} weights is not supported \
@@ -688,6 +692,10 @@ impl<'m> Layer<'m> {
                 let known = packed.scale.get().copied();
                 let scale = apply_requantized(b, &target, &views, seed, known)?;
                 let _ = packed.scale.set(scale);
+            } else if let Quant::Int8 { .. } = slot.quant {
+                let target = Weight::new(dst, slot.dtype, slot.shape.clone())
+                    .with_quant(slot.quant, dst.offset(slot.values));
+                apply_requantized_int8(b, &target, &views, seed)?;
             } else {
                 apply(b, &Weight::new(dst, slot.dtype, slot.shape.clone()), &views, seed)?;
             }

@@ -2,8 +2,8 @@
 //! Linear stored as legacy scaled fp8, in the mixed-precision map (e4m3fn, e5m2), as int8 (a tensor scale,
 //! per-row scales, ConvRot at groups of 64 and 256), MXFP8 or NVFP4 loads quantized and gives ComfyUI's CPU
 //! output (comfy-kitchen's eager kernels); the formats Kiln cannot run are refused by name, before anything
-//! is read; a LoRA on a per-tensor scaled fp8 weight is re-quantized with a new scale as ComfyUI does, one on
-//! the row and block formats is refused rather than applied wrongly.
+//! is read; a LoRA on a per-tensor scaled fp8 weight or an int8 one is re-quantized with new scales as ComfyUI
+//! does, one on the block formats is refused rather than applied wrongly.
 
 use std::collections::HashMap;
 
@@ -282,14 +282,73 @@ fn a_lora_on_a_scaled_fp8_weight_is_requantized_as_comfyui_does() {
 }
 
 #[test]
-fn a_lora_on_an_int8_weight_is_refused_by_name() {
-    let (_b, model) = load("int8_tensorwise");
-    let delta = PatchTensor::from_f32(kiln_compute::DType::F32, &[8, 64], &[0.01; 8 * 64]);
-    let set = PatchSet {
-        patches: vec![Patch { strength: 1.0, strength_model: 1.0, adapter: Adapter::Diff(delta) }],
-    };
-    let err = model.set_patches(vec![("layer.weight".into(), set)]).expect_err("refused");
-    assert!(err.to_string().contains("int8_tensorwise"), "{err}");
-    // An empty patch list for the weight changes nothing.
-    model.set_patches(vec![("layer.weight".into(), PatchSet::default())]).expect("no patch");
+fn a_lora_on_an_int8_weight_is_requantized_as_comfyui_does() {
+    for name in ["int8_tensorwise", "int8_rowwise", "int8_convrot64", "int8_convrot256"] {
+        let (b, model) = load(name);
+        let read = |weight: &kiln_compute::tensor::Weight<'_>| {
+            b.weight_to_tensor(weight, kiln_compute::DType::F32)
+                .and_then(|t| b.to_f32(&t))
+                .expect("read the weight")
+        };
+        let original = read(&model.fetch(&*b, &["layer.weight"]).expect("fetch").weight(0));
+        let shape = [8, original.len() / 8];
+        // A difference large enough to move the rows' largest magnitudes (and so their scales).
+        let delta: Vec<f32> =
+            (0..original.len()).map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.01).collect();
+        let set = PatchSet {
+            patches: vec![Patch {
+                strength: 1.0,
+                strength_model: 1.0,
+                adapter: Adapter::Diff(PatchTensor::from_f32(
+                    kiln_compute::DType::F32,
+                    &shape,
+                    &delta,
+                )),
+            }],
+        };
+        model.set_patches(vec![("layer.weight".into(), set)]).expect("a LoRA on int8");
+        let exact: Vec<f32> = original.iter().zip(&delta).map(|(o, d)| o + d).collect();
+        // ComfyUI's new scales: the (rotated) patched rows' largest magnitudes over 127; each stored value one
+        // of the two int8 neighbours of the exact one (stochastic rounding), so the weight read back is within
+        // one step of each row's (or the tensor's) scale, spread by the rotation over the group.
+        let mut rotated = exact.clone();
+        let group = match name {
+            "int8_convrot64" => Some(64),
+            "int8_convrot256" => Some(256),
+            _ => None,
+        };
+        if let Some(g) = group {
+            kiln_compute::quant::hadamard_rotate(&mut rotated, g);
+        }
+        let rows = if name == "int8_tensorwise" { 1 } else { shape[0] };
+        let width = rotated.len() / rows;
+        let scales: Vec<f32> = rotated
+            .chunks_exact(width)
+            .map(|row| row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0)
+            .collect();
+        for _ in 0..2 {
+            let layer = model.fetch(&*b, &["layer.weight", "layer.bias"]).expect("fetch");
+            let got = read(&layer.weight(0));
+            for (i, (v, e)) in got.iter().zip(&exact).enumerate() {
+                let step = scales[i / width] * group.map_or(1.0, |g| (g as f32).sqrt());
+                assert!(
+                    (v - e).abs() <= step * 1.0001,
+                    "{name} [{i}]: {v} vs exact {e} (step {step})"
+                );
+            }
+            let error =
+                got.iter().zip(&exact).map(|(v, e)| (v - e).abs()).sum::<f32>() / got.len() as f32;
+            assert!(
+                error < scales.iter().fold(0f32, |m, &s| m.max(s)),
+                "{name}: mean error {error}"
+            );
+            // The layer reads the re-quantized weight as it reads the file's.
+            let (x_shape, x) = (&[2usize, shape[1]], vec![0.5f32; 2 * shape[1]]);
+            let xs = b.from_f32(x_shape, &x, kiln_compute::DType::F32).expect("x");
+            b.linear(&xs, &layer.weight(0), Some(&layer.weight(1))).expect("linear");
+        }
+        model.set_patches(Vec::new()).expect("unpatch");
+        let restored = read(&model.fetch(&*b, &["layer.weight"]).expect("fetch").weight(0));
+        assert_eq!(restored, original, "{name}: restored");
+    }
 }

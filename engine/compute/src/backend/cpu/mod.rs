@@ -28,7 +28,7 @@ mod rope;
 mod simd;
 mod skinny;
 mod storage;
-mod store;
+pub(crate) mod store;
 mod weights;
 pub mod work;
 

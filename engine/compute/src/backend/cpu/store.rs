@@ -31,9 +31,12 @@ pub(crate) fn store(
     dtype: DType,
     seed: Option<u64>,
 ) -> Result<()> {
-    if matches!(dtype, DType::I8 | DType::U8) {
-        // Integer weights are quantized formats' values; ComfyUI re-quantizes them with new scales.
-        return Err(Error::Unsupported(format!("storing into {dtype} weight bytes")));
+    if matches!(dtype, DType::I8 | DType::U8) && seed.is_some() {
+        // Integer weights are quantized formats' values, re-quantized with new scales by their caller
+        // (`memory::lora::apply_requantized_int8`), which rounds them itself.
+        return Err(Error::Unsupported(format!(
+            "storing into {dtype} weight bytes stochastically"
+        )));
     }
     // The same dtype, rounded to nearest: the values' bytes as they are (the tensors hold little-endian
     // elements on a little-endian host).
@@ -115,7 +118,7 @@ fn mix(mut z: u64) -> u64 {
 
 /// A uniform draw in [0, 1) from the seed and the element index:
 /// `(mix(seed + mix(index + 0x9e3779b97f4a7c15)) >> 40) · 2⁻²⁴` (24 bits, exact in f32; sums wrap).
-fn uniform(seed: u64, index: u64) -> f32 {
+pub(crate) fn uniform(seed: u64, index: u64) -> f32 {
     let z = mix(seed.wrapping_add(mix(index.wrapping_add(0x9e37_79b9_7f4a_7c15))));
     (z >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
 }

@@ -469,6 +469,12 @@ impl Backend for Cuda {
     }
 
     fn store(&self, x: &Tensor<Self>, dst: DevPtr, dtype: DType, seed: Option<u64>) -> Result<()> {
+        if matches!(dtype, DType::I8 | DType::U8) && seed.is_some() {
+            // As the CPU backend: integer bytes are rounded by their caller.
+            return Err(Error::Unsupported(format!(
+                "storing into {dtype} weight bytes stochastically"
+            )));
+        }
         let n = x.numel();
         // `dst` comes from the caller: refuse memory this device did not map or allocate before a kernel writes
         // it. The caller owns the range until the kernel has run (the trait's contract), so nothing can take it

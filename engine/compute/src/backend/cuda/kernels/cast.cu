@@ -102,6 +102,11 @@ extern "C" __global__ void store(const void* src, int sdt, void* dst, int ddt, i
             ((float*)dst)[i] = v;
             continue;
         }
+        // Integer bytes (a re-quantized int8 weight's values, rounded by the caller): to nearest, clamped.
+        if (ddt == DT_I8 || ddt == DT_U8) {
+            st(dst, ddt, i, v);
+            continue;
+        }
         put(dst, ddt, i, stochastic ? sr_round(ddt, v, sr_uniform(seed, (u64)i)) : enc(ddt, v));  // [spec]
     }
 }
