@@ -197,11 +197,16 @@ pub fn hadamard_rotate(values: &mut [f32], g: usize) {
     }
 }
 
+/// comfy-kitchen's int8 scale of a row (or a whole tensor) `x`: `max(max|x| / 127, 1e-30)` in f32
+/// (`quantize_int8_rowwise`, `quantize_int8_tensorwise` with `scale="recalculate"`).
+pub fn int8_scale(x: &[f32]) -> f32 {
+    (x.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0).max(1e-30)
+}
+
 /// comfy-kitchen's dynamic per-row int8 quantization of activations (`quantize_int8_rowwise`): the row's
-/// scale `s = max(max|x| / 127, 1e-30)` (f32), then `clamp(round_half_even(x / s), −128, 127)`. Returns s.
+/// scale `s` ([`int8_scale`]), then `clamp(round_half_even(x / s), −128, 127)`. Returns s.
 pub fn quantize_row_i8(x: &[f32], q: &mut [i8]) -> f32 {
-    let max = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let scale = (max / 127.0).max(1e-30);
+    let scale = int8_scale(x);
     for (q, v) in q.iter_mut().zip(x) {
         *q = (v / scale).round_ties_even().clamp(-128.0, 127.0) as i8;
     }

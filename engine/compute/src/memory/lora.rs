@@ -362,10 +362,7 @@ pub fn apply_requantized_int8<B: Backend>(
         }
         crate::quant::hadamard_rotate(&mut values, g);
     }
-    let scales: Vec<f32> = values
-        .chunks_exact(width)
-        .map(|row| (row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0).max(1e-30))
-        .collect();
+    let scales: Vec<f32> = values.chunks_exact(width).map(crate::quant::int8_scale).collect();
     for (r, row) in values.chunks_exact_mut(width).enumerate() {
         let s = scales[r];
         for (i, v) in row.iter_mut().enumerate() {

@@ -174,28 +174,15 @@ pub fn detect(h: &Header) -> Result<Option<Detected>> {
         _ if layers < deepest => Size::Ministral3B,
         _ => Size::Small24B,
     };
-    if size == Size::Ministral3B {
-        let config = Config {
-            vocab,
-            hidden,
-            layers,
-            heads,
-            kv_heads,
-            head_dim: HEAD_DIM,
-            intermediate,
-            rms_eps: RMS_EPS,
-            rope_theta: MINISTRAL_ROPE_THETA,
-            variant: Variant::Mistral3,
-        };
-        qwen3::check_layers(h, &config)?;
-        let tekken_key = h.has(TEKKEN).then(|| h.key(TEKKEN));
-        return Ok(Some(Detected { config, path: h.path().to_path_buf(), tekken_key, size }));
-    }
-    if layers < deepest {
+    if size == Size::Small24B && layers < deepest {
         return Err(h.unsupported(format!(
             "FLUX.2 dev's Mistral text encoder takes hidden states {TAPS:?}; this file has only {layers} layers"
         )));
     }
+    let rope_theta = match size {
+        Size::Small24B => ROPE_THETA,
+        Size::Ministral3B => MINISTRAL_ROPE_THETA,
+    };
     let config = Config {
         vocab,
         hidden,
@@ -205,7 +192,7 @@ pub fn detect(h: &Header) -> Result<Option<Detected>> {
         head_dim: HEAD_DIM,
         intermediate,
         rms_eps: RMS_EPS,
-        rope_theta: ROPE_THETA,
+        rope_theta,
         variant: Variant::Mistral3,
     };
     qwen3::check_layers(h, &config)?;
