@@ -178,7 +178,23 @@ pub(crate) type Io = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 /// Fixture tensor `name` on the CPU.
 pub(crate) fn input(b: &Cpu, io: &Io, name: &str) -> Tensor<Cpu> {
     let (shape, values) = &io[name];
-    b.from_f32(shape, values, DType::F32).expect("an input")
+    b.from_f32(shape, values, DType::F32).expect(name)
+}
+
+/// ‖got − want‖∞ / ‖want‖∞.
+pub(crate) fn relative_error(got: &[f32], want: &[f32]) -> f32 {
+    let worst = got.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+    worst / want.iter().fold(0f32, |m, w| m.max(w.abs()))
+}
+
+/// ComfyUI's `rope_options` as a fixture's case records them (absent keys, or `null`: the identity).
+pub(crate) fn rope_options(v: &serde_json::Value) -> kiln_models::RopeOptions {
+    let get =
+        |k: &str, default: f64| v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(default);
+    kiln_models::RopeOptions {
+        scale: [get("scale_t", 1.0), get("scale_y", 1.0), get("scale_x", 1.0)],
+        shift: [get("shift_t", 0.0), get("shift_y", 0.0), get("shift_x", 0.0)],
+    }
 }
 
 /// Fixture tensor `name` `[1, C, 1, H, W]` as an image `[1, C, H, W]`.

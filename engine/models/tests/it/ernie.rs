@@ -4,21 +4,19 @@
 //! `rope_options`; a one-sample conditioning repeated to the batch and a file under `model.diffusion_model.`;
 //! detection of the released model's shapes, and refusals.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use kiln_compute::backend::cpu::Cpu;
 use kiln_compute::memory::{MemoryManager, SafetensorsFile};
-use kiln_compute::{Backend, DType, Tensor};
+use kiln_compute::{Backend, Tensor};
 use kiln_models::ernie::{self, Config, ErnieImage};
 use kiln_models::{Header, RopeOptions};
 
 use crate::common::{
-    TempTensors, assert_close, cpu, detect_header_only, fixture, json, read_tensors, scratch_dir,
+    Io, TempTensors, assert_close, cpu, detect_header_only, fixture, input, json, read_tensors,
+    relative_error, rope_options, scratch_dir,
 };
-
-type Io = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 
 /// The fixture models' configs (scripts/reference/ernie.py's `MODELS`, as Kiln derives them).
 fn config(model: &str) -> Config {
@@ -59,31 +57,9 @@ fn load(manager: &Arc<MemoryManager>, path: &Path, prefix: &str, model: &str) ->
     ErnieImage::new(found, weights)
 }
 
-/// Fixture tensor `name` on the CPU.
-fn tensor(b: &Cpu, io: &Io, name: &str) -> Tensor<Cpu> {
-    let (shape, values) = &io[name];
-    b.from_f32(shape, values, DType::F32).expect(name)
-}
-
-/// ComfyUI's `rope_options` of a case (`null`: the identity).
-fn rope_options(v: &serde_json::Value) -> RopeOptions {
-    let get =
-        |k: &str, default: f64| v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(default);
-    RopeOptions {
-        scale: [1.0, get("scale_y", 1.0), get("scale_x", 1.0)],
-        shift: [get("shift_t", 0.0), get("shift_y", 0.0), get("shift_x", 0.0)],
-    }
-}
-
-/// ‖got − want‖∞ / ‖want‖∞.
-fn relative_error(got: &[f32], want: &[f32]) -> f32 {
-    let worst = got.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs()));
-    worst / want.iter().fold(0f32, |m, w| m.max(w.abs()))
-}
-
 /// Case `case`'s output against `{case}.out` (within 1e-4 relative); its max relative error.
 fn check_case(b: &Cpu, model: &ErnieImage, io: &Io, case: &str, rope: &RopeOptions) -> f32 {
-    let t = |name: &str| tensor(b, io, &format!("{case}.{name}"));
+    let t = |name: &str| input(b, io, &format!("{case}.{name}"));
     let timesteps = &io[&format!("{case}.t")].1;
     let out = model.forward_with_rope(b, &t("x"), timesteps, &t("context"), rope).expect("forward");
     let want = &io[&format!("{case}.out")];
@@ -109,7 +85,7 @@ fn dit_matches_comfyui() {
         eprintln!("ERNIE-Image {case} ({which}): max relative error {err:.2e}");
     }
     // `forward` is the identity RoPE's.
-    let t = |name: &str| tensor(&b, &io, &format!("one.{name}"));
+    let t = |name: &str| input(&b, &io, &format!("one.{name}"));
     let out =
         models[0].1.forward(b.as_ref(), &t("x"), &io["one.t"].1, &t("context")).expect("forward");
     assert_close("ERNIE-Image forward", &b.to_f32(&out).expect("read"), &io["one.out"].1, 1e-4);
@@ -120,7 +96,7 @@ fn one_sample_text_serves_the_batch() {
     let (b, manager) = cpu(64 << 20);
     let model = load(&manager, &fixture("ernie/wide.safetensors"), "", "wide");
     let io = read_tensors("ernie/io.safetensors");
-    let t = |name: &str| tensor(&b, &io, &format!("wide.{name}"));
+    let t = |name: &str| input(&b, &io, &format!("wide.{name}"));
     let (x, timesteps) = (t("x"), &io["wide.t"].1);
     let one = b.slice(&t("context"), 0, 0, 1).expect("first");
     let two = b.concat(&[&one, &one], 0).expect("repeated");
@@ -238,7 +214,7 @@ fn refuses_misshapen_inputs() {
     let (b, manager) = cpu(64 << 20);
     let model = load(&manager, &fixture("ernie/tiny.safetensors"), "", "tiny");
     let io = read_tensors("ernie/io.safetensors");
-    let t = |name: &str| tensor(&b, &io, &format!("one.{name}"));
+    let t = |name: &str| input(&b, &io, &format!("one.{name}"));
     let (x, context, timesteps) = (t("x"), t("context"), &io["one.t"].1);
     let run = |x: &Tensor<Cpu>, timesteps: &[f32], context: &Tensor<Cpu>| {
         model.forward(b.as_ref(), x, timesteps, context).map(|_| ()).map_err(|e| e.to_string())

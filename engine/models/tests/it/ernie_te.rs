@@ -15,7 +15,7 @@ use kiln_models::family::{PromptTokens, TextEncoderDetected, TextEncoderFamily, 
 use kiln_models::mistral3;
 use kiln_models::textgen::{ChatOptions, Decoding, SamplingSettings, TokenPicker};
 
-use crate::common::{assert_close, cpu, fixture, ids, json, read_tensors};
+use crate::common::{assert_close, cpu, fixture, ids, json, read_tensors, relative_error};
 
 /// The fixture file as `CLIPLoader` (type `flux2`, as the templates load it) makes it.
 fn encoder() -> (Arc<Cpu>, TextEncoderNet) {
@@ -53,9 +53,7 @@ fn ernie_conditioning_matches_comfyui() {
         assert_eq!(encoded.cond.shape(), shape.as_slice(), "{name}");
         assert!(encoded.pooled.is_none(), "{name}");
         let cond = b.to_f32(&encoded.cond).expect("read");
-        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-        worst =
-            worst.max(cond.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs())) / scale);
+        worst = worst.max(relative_error(&cond, want));
         assert_close(&format!("{name} cond"), &cond, want, 1e-4);
     }
     eprintln!("ernie conditioning: max relative error {worst:e}");
@@ -133,9 +131,7 @@ fn ernie_prompt_enhancer_generates_as_comfyui() {
         let (shape, logits) = &io[&format!("logits.{name}")];
         assert_eq!(shape[0], steps.len(), "{name}");
         for (s, (got, want)) in steps.iter().zip(logits.chunks_exact(shape[1])).enumerate() {
-            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-            worst = worst
-                .max(got.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs())) / scale);
+            worst = worst.max(relative_error(got, want));
             assert_close(&format!("{name} step {s} logits"), got, want, 1e-4);
         }
     }

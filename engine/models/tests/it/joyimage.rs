@@ -5,16 +5,15 @@
 //! the batch, and a file under `model.diffusion_model.`; detection of the tiny file and of the released model's
 //! shapes, and refusals.
 
-use std::collections::BTreeMap;
-
 use kiln_compute::backend::cpu::Cpu;
 use kiln_compute::memory::{MemoryManager, SafetensorsFile};
-use kiln_compute::{Backend, DType, Tensor};
+use kiln_compute::{Backend, Tensor};
 use kiln_models::Header;
 use kiln_models::joyimage::{self, Config, JoyImage};
 
 use crate::common::{
-    TempTensors, assert_close, cpu, detect_header_only, fixture, json, read_tensors, scratch_dir,
+    Io, TempTensors, assert_close, cpu, detect_header_only, fixture, input, json, read_tensors,
+    relative_error, scratch_dir,
 };
 
 /// The cases of `scripts/reference/joyimage.py`.
@@ -46,26 +45,18 @@ fn load(manager: &std::sync::Arc<MemoryManager>, path: &std::path::Path, prefix:
     JoyImage::new(config, weights)
 }
 
-type Io = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
-
-/// Fixture tensor `name` on the CPU.
-fn tensor(b: &Cpu, io: &Io, name: &str) -> Tensor<Cpu> {
-    let (shape, values) = &io[name];
-    b.from_f32(shape, values, DType::F32).expect(name)
-}
-
 /// Case `case`'s references, `{case}.ref0`, `{case}.ref1`, …
 fn refs(b: &Cpu, io: &Io, case: &str) -> Vec<Tensor<Cpu>> {
     (0..)
         .map(|i| format!("{case}.ref{i}"))
         .take_while(|name| io.contains_key(name))
-        .map(|name| tensor(b, io, &name))
+        .map(|name| input(b, io, &name))
         .collect()
 }
 
 /// Case `case`'s output against `{case}.out`; its max relative error.
 fn check_case(b: &Cpu, model: &JoyImage, io: &Io, case: &str) -> f32 {
-    let t = |name: &str| tensor(b, io, &format!("{case}.{name}"));
+    let t = |name: &str| input(b, io, &format!("{case}.{name}"));
     let timesteps = &io[&format!("{case}.t")].1;
     let out =
         model.forward(b, &t("x"), timesteps, &t("context"), &refs(b, io, case)).expect("forward");
@@ -74,12 +65,6 @@ fn check_case(b: &Cpu, model: &JoyImage, io: &Io, case: &str) -> f32 {
     let got = b.to_f32(&out).expect("read");
     assert_close(&format!("JoyAI Image Edit {case}"), &got, &want.1, 1e-4);
     relative_error(&got, &want.1)
-}
-
-/// ‖got − want‖∞ / ‖want‖∞.
-fn relative_error(got: &[f32], want: &[f32]) -> f32 {
-    let worst = got.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs()));
-    worst / want.iter().fold(0f32, |m, w| m.max(w.abs()))
 }
 
 #[test]
@@ -92,7 +77,7 @@ fn dit_matches_comfyui() {
         eprintln!("JoyAI Image Edit {case}: max relative error {err:.2e}");
     }
     // A 4-D latent is one frame, and comes out 4-D.
-    let t = |name: &str| tensor(&b, &io, &format!("even.{name}"));
+    let t = |name: &str| input(&b, &io, &format!("even.{name}"));
     let x4 = t("x").reshape(&[1, 16, 8, 8]).expect("4-D");
     let out = model.forward(b.as_ref(), &x4, &io["even.t"].1, &t("context"), &[]).expect("4-D");
     assert_eq!(out.shape(), [1, 16, 8, 8]);
@@ -104,7 +89,7 @@ fn one_sample_references_and_text_serve_the_batch() {
     let (b, manager) = cpu(64 << 20);
     let model = load(&manager, &fixture("joyimage/weights.safetensors"), "");
     let io = read_tensors("joyimage/io.safetensors");
-    let t = |name: &str| tensor(&b, &io, &format!("ref2.{name}"));
+    let t = |name: &str| input(&b, &io, &format!("ref2.{name}"));
     let (x, timesteps) = (t("x"), &io["ref2.t"].1);
     let first = |x: &Tensor<Cpu>| b.slice(x, 0, 0, 1).expect("first");
     let twice = |x: &Tensor<Cpu>| b.concat(&[x, x], 0).expect("repeated");
@@ -257,7 +242,7 @@ fn refuses_misshapen_inputs() {
     let (b, manager) = cpu(64 << 20);
     let model = load(&manager, &fixture("joyimage/weights.safetensors"), "");
     let io = read_tensors("joyimage/io.safetensors");
-    let t = |name: &str| tensor(&b, &io, &format!("even.{name}"));
+    let t = |name: &str| input(&b, &io, &format!("even.{name}"));
     let (x, context, timesteps) = (t("x"), t("context"), &io["even.t"].1);
     let run = |x: &Tensor<Cpu>, timesteps: &[f32], context: &Tensor<Cpu>, refs: &[Tensor<Cpu>]| {
         model

@@ -4,16 +4,15 @@
 //! (ignored), a one-frame 5-D latent and a file under `model.diffusion_model.`; detection of the tiny file and of
 //! the released K2's shapes, and refusals.
 
-use std::collections::BTreeMap;
-
 use kiln_compute::backend::cpu::Cpu;
 use kiln_compute::memory::{MemoryManager, SafetensorsFile};
-use kiln_compute::{Backend, DType, Tensor};
+use kiln_compute::{Backend, Tensor};
 use kiln_models::Header;
 use kiln_models::krea2::{self, Config, Krea2};
 
 use crate::common::{
-    TempTensors, assert_close, cpu, detect_header_only, fixture, json, read_tensors, scratch_dir,
+    Io, TempTensors, assert_close, cpu, detect_header_only, fixture, input, json, read_tensors,
+    scratch_dir,
 };
 
 /// The tiny fixture's config (scripts/reference/krea2.py's `DIT`, as Kiln derives it).
@@ -45,21 +44,13 @@ fn load(manager: &std::sync::Arc<MemoryManager>, path: &std::path::Path, prefix:
     Krea2::new(config, weights)
 }
 
-type Io = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
-
-/// Fixture tensor `name` on the CPU.
-fn tensor(b: &Cpu, io: &Io, name: &str) -> Tensor<Cpu> {
-    let (shape, values) = &io[name];
-    b.from_f32(shape, values, DType::F32).expect(name)
-}
-
 /// Case `case`'s output with the references `refs` of case `inputs` and `method`, against `{case}.out`.
 fn check_case(b: &Cpu, model: &Krea2, io: &Io, case: &str, inputs: &str, method: Option<&str>) {
-    let t = |name: &str| tensor(b, io, &format!("{inputs}.{name}"));
+    let t = |name: &str| input(b, io, &format!("{inputs}.{name}"));
     let refs: Vec<Tensor<Cpu>> = (0..)
         .map(|i| format!("{inputs}.ref{i}"))
         .take_while(|name| io.contains_key(name))
-        .map(|name| tensor(b, io, &name))
+        .map(|name| input(b, io, &name))
         .collect();
     let sigmas = &io[&format!("{inputs}.t")].1;
     let out = model
@@ -86,7 +77,7 @@ fn dit_matches_comfyui() {
     check_case(&b, &model, &io, "ref_ignored", "ref_offset", None);
     check_case(&b, &model, &io, "ref_offset", "ref_offset", Some("index"));
     // `forward` is the plain case.
-    let t = |name: &str| tensor(&b, &io, &format!("t2i.{name}"));
+    let t = |name: &str| input(&b, &io, &format!("t2i.{name}"));
     let out = model.forward(b.as_ref(), &t("x"), &io["t2i.t"].1, &t("context")).expect("forward");
     assert_close("Krea 2 forward", &b.to_f32(&out).expect("read"), &io["t2i.out"].1, 1e-4);
     // A latent with a frame axis of 1 comes out with it.
@@ -95,7 +86,7 @@ fn dit_matches_comfyui() {
     assert_eq!(out.shape(), [1, 16, 1, 8, 8]);
     assert_close("Krea 2 5-D", &b.to_f32(&out).expect("read"), &io["t2i.out"].1, 1e-4);
     // A one-sample conditioning serves the batch.
-    let t = |name: &str| tensor(&b, &io, &format!("batch.{name}"));
+    let t = |name: &str| input(&b, &io, &format!("batch.{name}"));
     let context = b.slice(&t("context"), 0, 0, 1).expect("first");
     let both = b.concat(&[&context, &context], 0).expect("repeated");
     let one = model.forward(b.as_ref(), &t("x"), &io["batch.t"].1, &context).expect("forward");
@@ -208,7 +199,7 @@ fn refuses_misshapen_inputs() {
     let (b, manager) = cpu(64 << 20);
     let model = load(&manager, &fixture("krea2/dit.safetensors"), "");
     let io = read_tensors("krea2/dit_io.safetensors");
-    let t = |name: &str| tensor(&b, &io, &format!("t2i.{name}"));
+    let t = |name: &str| input(&b, &io, &format!("t2i.{name}"));
     let (x, context, sigmas) = (t("x"), t("context"), &io["t2i.t"].1);
     let run = |x: &Tensor<Cpu>, sigmas: &[f32], context: &Tensor<Cpu>, refs: &[Tensor<Cpu>]| {
         model
@@ -245,7 +236,7 @@ fn loras_under_diffusers_names_adapt_their_weights() {
         ]
     };
     let d = cfg.features;
-    let tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)> = [
+    let tensors: Io = [
         pair("transformer_blocks.0.attn.to_q", d, d),
         pair("diffusion_model.transformer_blocks.1.attn.to_out", d, d),
         pair("transformer.transformer_blocks.0.ff.down", d, cfg.mlp_dim),

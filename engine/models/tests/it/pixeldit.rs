@@ -6,21 +6,19 @@
 //! blocks in tiles, a one-sample conditioning repeated to the batch; detection of the released model's weights,
 //! and refusals.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use kiln_compute::backend::cpu::Cpu;
 use kiln_compute::memory::{MemoryManager, SafetensorsFile};
-use kiln_compute::{Backend, DType, Tensor};
+use kiln_compute::{Backend, Tensor};
 use kiln_models::pixeldit::{self, Config, Layout, PixelDit};
 use kiln_models::{Header, RopeOptions};
 
 use crate::common::{
-    TempTensors, assert_close, cpu, detect_header_only, fixture, json, read_tensors, scratch_dir,
+    Io, TempTensors, assert_close, cpu, detect_header_only, fixture, input, json, read_tensors,
+    relative_error, rope_options, scratch_dir,
 };
-
-type Io = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 
 /// The fixture model's config (scripts/reference/pixeldit.py's `KWARGS`, as Kiln derives them).
 fn tiny(layout: Layout) -> Config {
@@ -59,31 +57,9 @@ fn load_tiny(manager: &Arc<MemoryManager>) -> PixelDit {
     load(manager, &fixture("pixeldit/tiny.safetensors"), "", &tiny(Layout::Released))
 }
 
-/// Fixture tensor `name` on the CPU.
-fn tensor(b: &Cpu, io: &Io, name: &str) -> Tensor<Cpu> {
-    let (shape, values) = &io[name];
-    b.from_f32(shape, values, DType::F32).expect(name)
-}
-
-/// ComfyUI's `rope_options` of a case (`null`: the identity).
-fn rope_options(v: &serde_json::Value) -> RopeOptions {
-    let get =
-        |k: &str, default: f64| v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(default);
-    RopeOptions {
-        scale: [get("scale_t", 1.0), get("scale_y", 1.0), get("scale_x", 1.0)],
-        shift: [get("shift_t", 0.0), get("shift_y", 0.0), get("shift_x", 0.0)],
-    }
-}
-
-/// ‖got − want‖∞ / ‖want‖∞.
-fn relative_error(got: &[f32], want: &[f32]) -> f32 {
-    let worst = got.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs()));
-    worst / want.iter().fold(0f32, |m, w| m.max(w.abs()))
-}
-
 /// Case `case`'s output against `{case}.out` (within 1e-4 relative); its max relative error.
 fn check_case(b: &Cpu, model: &PixelDit, io: &Io, case: &str, rope: &RopeOptions) -> f32 {
-    let t = |name: &str| tensor(b, io, &format!("{case}.{name}"));
+    let t = |name: &str| input(b, io, &format!("{case}.{name}"));
     let timesteps = &io[&format!("{case}.t")].1;
     let out = model.forward_with_rope(b, &t("x"), timesteps, &t("context"), rope).expect("forward");
     let want = &io[&format!("{case}.out")];
@@ -106,7 +82,7 @@ fn dit_matches_comfyui() {
         eprintln!("PixelDiT {case}: max relative error {err:.2e}");
     }
     // `forward` is the identity RoPE's.
-    let t = |name: &str| tensor(&b, &io, &format!("one.{name}"));
+    let t = |name: &str| input(&b, &io, &format!("one.{name}"));
     let out = model.forward(b.as_ref(), &t("x"), &io["one.t"].1, &t("context")).expect("forward");
     assert_close("PixelDiT forward", &b.to_f32(&out).expect("read"), &io["one.out"].1, 1e-4);
 }
@@ -128,7 +104,7 @@ fn one_sample_text_serves_the_batch() {
     let (b, manager) = cpu(64 << 20);
     let model = load_tiny(&manager);
     let io = read_tensors("pixeldit/io.safetensors");
-    let t = |name: &str| tensor(&b, &io, &format!("batch.{name}"));
+    let t = |name: &str| input(&b, &io, &format!("batch.{name}"));
     let (x, timesteps) = (t("x"), &io["batch.t"].1);
     let one = b.slice(&t("context"), 0, 0, 1).expect("first");
     let two = b.concat(&[&one, &one], 0).expect("repeated");
@@ -298,7 +274,7 @@ fn refuses_misshapen_inputs() {
     let (b, manager) = cpu(64 << 20);
     let model = load_tiny(&manager);
     let io = read_tensors("pixeldit/io.safetensors");
-    let t = |name: &str| tensor(&b, &io, &format!("one.{name}"));
+    let t = |name: &str| input(&b, &io, &format!("one.{name}"));
     let (x, context, timesteps) = (t("x"), t("context"), &io["one.t"].1);
     let run = |x: &Tensor<Cpu>, timesteps: &[f32], context: &Tensor<Cpu>| {
         model.forward(b.as_ref(), x, timesteps, context).map(|_| ()).map_err(|e| e.to_string())

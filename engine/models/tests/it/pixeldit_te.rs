@@ -10,7 +10,7 @@ use kiln_models::Header;
 use kiln_models::family::{PromptTokens, TextEncoderDetected, TextEncoderFamily};
 use kiln_models::gemma2::Gemma2File;
 
-use crate::common::{assert_close, cpu, fixture, ids, json, read_tensors};
+use crate::common::{assert_close, cpu, fixture, ids, json, read_tensors, relative_error};
 
 #[test]
 fn pixeldit_conditioning_matches_comfyui() {
@@ -39,9 +39,7 @@ fn pixeldit_conditioning_matches_comfyui() {
         let (shape, want) = &io[&format!("cond.{name}")];
         assert_eq!(encoded.cond.shape(), shape.as_slice(), "{name}");
         let cond = b.to_f32(&encoded.cond).expect("read");
-        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-        worst =
-            worst.max(cond.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs())) / scale);
+        worst = worst.max(relative_error(&cond, want));
         assert_close(&format!("{name} cond"), &cond, want, 1e-4);
     }
     eprintln!("pixeldit conditioning: max relative error {worst:e}");

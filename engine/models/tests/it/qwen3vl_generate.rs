@@ -18,7 +18,9 @@ use kiln_models::qwen_vl::VisionInput;
 use kiln_models::qwen3::{self, ImageTokens};
 use kiln_models::textgen::{ChatOptions, Decoding};
 
-use crate::common::{Io, assert_close, assert_within, cpu, ids, json, read_tensors, tiled_table};
+use crate::common::{
+    Io, assert_close, assert_within, cpu, ids, json, read_tensors, relative_error, tiled_table,
+};
 
 /// The token table's stored rows: the logits repeat with this period.
 const ROWS: usize = 1000;
@@ -113,9 +115,7 @@ fn check_logits(
     for (s, (got, want)) in steps.iter().zip(logits.chunks_exact(ROWS)).enumerate() {
         assert_eq!(got.len(), 151_936, "{name} step {s}");
         let got = &got[..ROWS];
-        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let error = got.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs())) / scale;
-        worst = worst.max(error);
+        worst = worst.max(relative_error(got, want));
         assert_close(&format!("{name} step {s} logits"), got, want, 1e-4);
     }
     worst
